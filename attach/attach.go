@@ -1,0 +1,657 @@
+// Package attach gives an ID a network namespace wired to a CNI network
+// and takes both away again: the part of an orchestrator's network hook
+// that must never leak.
+//
+// Order is what makes it robust. The intent is recorded before anything is
+// created; DEL runs while the namespace is still pinned (plugins clean up
+// iptables and veths from inside it); the namespace is removed only after
+// DEL succeeded; the record is deleted only when both did. A step that
+// fails leaves the record in phase tearing-down, to be retried.
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/store"
+)
+
+var (
+	// ErrCheckFailed: CNI CHECK found an existing namespace misconfigured.
+	// Setup heals it once by recreating it; the error is returned only if
+	// that also failed.
+	ErrCheckFailed = errors.New("network namespace already exists but was misconfigured")
+	// ErrNotOwned: a namespace exists under the ID's name but berth has no
+	// record of it (neither in its store nor in libcni's cache).
+	ErrNotOwned = errors.New("network namespace exists but was not created by berth")
+	// ErrNotFound: berth has no attachment with that ID.
+	ErrNotFound = errors.New("no such attachment")
+)
+
+// Store persists attachment records; *store.Store implements it.
+type Store interface {
+	PutAttachment(ctx context.Context, a *store.Attachment) error
+	GetAttachment(ctx context.Context, id string) (*store.Attachment, error)
+	DeleteAttachment(ctx context.Context, id string) error
+	ListAttachments(ctx context.Context) ([]*store.Attachment, error)
+}
+
+// Observer is told about every operation, for metrics. Methods must be
+// cheap and must not block.
+type Observer interface {
+	CNIOp(verb, network string, d time.Duration, err error)
+	NetnsOp(op string, d time.Duration, err error)
+	Removed(rep *netns.RemoveReport)
+	CheckFailed(network string)
+	Healed(network string, err error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) CNIOp(string, string, time.Duration, error) {}
+func (nopObserver) NetnsOp(string, time.Duration, error)       {}
+func (nopObserver) Removed(*netns.RemoveReport)                {}
+func (nopObserver) CheckFailed(string)                         {}
+func (nopObserver) Healed(string, error)                       {}
+
+// Options configure a Manager.
+type Options struct {
+	Netns   *netns.Manager
+	CNI     *cni.Client
+	ConfDir string
+	Store   Store
+	Logger  *slog.Logger
+	// Observer receives timings and outcomes; nil means none.
+	Observer Observer
+	// LockDir holds the cross-process network locks (DefaultLockDir).
+	LockDir string
+	// OwnerPID and OwnerStartTime identify the berth process in records.
+	OwnerPID       int
+	OwnerStartTime uint64
+}
+
+// Manager sets up and tears down attachments. Operations on one ID are
+// serialised; different IDs proceed in parallel (no global lock, unlike
+// Nomad's).
+type Manager struct {
+	o     Options
+	log   *slog.Logger
+	obs   Observer
+	locks keyedMutex
+}
+
+// New returns a Manager.
+func New(o Options) *Manager {
+	if o.Netns == nil {
+		o.Netns = netns.NewManager("")
+	}
+	if o.CNI == nil {
+		o.CNI = cni.NewClient(cni.Options{})
+	}
+	if o.ConfDir == "" {
+		o.ConfDir = cni.DefaultConfDir
+	}
+	m := &Manager{o: o, log: o.Logger, obs: o.Observer}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.obs == nil {
+		m.obs = nopObserver{}
+	}
+	return m
+}
+
+// Netns is the namespace manager in use.
+func (m *Manager) Netns() *netns.Manager { return m.o.Netns }
+
+// CNI is the CNI client in use.
+func (m *Manager) CNI() *cni.Client { return m.o.CNI }
+
+// ConfDir is the CNI config dir networks are loaded from.
+func (m *Manager) ConfDir() string { return m.o.ConfDir }
+
+// Request asks for an attachment.
+type Request struct {
+	ID string
+	// Network names a configuration in the config dir, unless Config is set.
+	Network string
+	// Config is a configuration built by the caller (bridge mode).
+	Config *cni.Network
+	IfName string
+	// Args are extra CNI_ARGS (workload identity); BERTH_ID is always added.
+	Args           map[string]string
+	CapabilityArgs map[string]any
+	AllocID        string
+}
+
+// Status is an attachment as it stands.
+type Status struct {
+	ID        string      `json:"id"`
+	NetnsPath string      `json:"netns_path"`
+	Network   string      `json:"network"`
+	Phase     store.Phase `json:"phase"`
+	cni.Status
+	// Created is true when this call made the namespace; false when it
+	// found and checked an existing one.
+	Created bool `json:"created"`
+	// CheckSkipped says why an existing attachment was not CHECKed.
+	CheckSkipped string `json:"check_skipped,omitempty"`
+	// Healed carries the CHECK failure that made Setup recreate the namespace.
+	Healed string `json:"healed,omitempty"`
+	// Timings of this call's steps.
+	Timings Timings `json:"timings_ms"`
+}
+
+// Timings are step durations in milliseconds.
+type Timings map[string]float64
+
+func (t Timings) add(step string, d time.Duration) {
+	t[step] += float64(d.Microseconds()) / 1000
+}
+
+func (m *Manager) logger(id, path, network string) *slog.Logger {
+	return m.log.With("id", id, "netns", path, "network", network)
+}
+
+// Setup makes the attachment, or, when the ID already has one, CHECKs it.
+// A CHECK failure is healed once: DEL, remove, recreate, ADD. On error
+// nothing is left behind, or (if cleaning up failed too) the record stays
+// in phase tearing-down so that a later Teardown or GC finishes the job.
+func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
+	if err := netns.ValidateName(req.ID); err != nil {
+		return nil, fmt.Errorf("attachment ID: %w", err)
+	}
+	unlock := m.locks.lock(req.ID)
+	defer unlock()
+
+	net, err := m.network(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	path := m.o.Netns.Path(req.ID)
+	log := m.logger(req.ID, path, net.Name())
+
+	rec, err := m.o.Store.GetAttachment(ctx, req.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		rec = nil
+	case err != nil:
+		return nil, fmt.Errorf("setup %s: read record: %w", req.ID, err)
+	}
+
+	if rec == nil && m.o.Netns.Exists(req.ID) {
+		rec, err = m.adopt(ctx, req, net)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if rec != nil {
+		if rec.Phase == store.PhaseReady && m.o.Netns.Exists(req.ID) {
+			return m.checkOrHeal(ctx, req, net, rec, log)
+		}
+		// A half-made setup or an unfinished teardown: finish undoing it
+		// before starting afresh.
+		log.Info("finishing an interrupted attachment before setup", "phase", rec.Phase)
+		if _, err := m.teardown(ctx, rec, log); err != nil {
+			return nil, fmt.Errorf("setup %s: clean up earlier attachment (phase %s): %w", req.ID, rec.Phase, err)
+		}
+	}
+	return m.create(ctx, req, net, log)
+}
+
+// adopt takes over a pinned namespace that berth has no record of, when
+// libcni's cache shows berth attached it to this network (a store lost or
+// reset). Anything else is not ours to touch.
+func (m *Manager) adopt(ctx context.Context, req Request, net *cni.Network) (*store.Attachment, error) {
+	path := m.o.Netns.Path(req.ID)
+	att := m.cniAttachment(req.ID, path, req.IfName, req.Args, req.CapabilityArgs)
+	res, err := m.o.CNI.CachedResult(net, att)
+	if err != nil || res == nil {
+		return nil, fmt.Errorf("setup %s: %w: %s (remove it with `ip netns del %s` if nothing uses it, or pick another ID)", req.ID, ErrNotOwned, path, req.ID)
+	}
+	rec := m.newRecord(req, net, path)
+	rec.Result = res.Raw
+	rec.Phase = store.PhaseReady
+	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
+		return nil, fmt.Errorf("setup %s: record adopted attachment: %w", req.ID, err)
+	}
+	return rec, nil
+}
+
+func (m *Manager) network(ctx context.Context, req Request) (*cni.Network, error) {
+	if req.Config != nil {
+		return req.Config, nil
+	}
+	if req.Network == "" {
+		return nil, fmt.Errorf("setup %s: no network given", req.ID)
+	}
+	net, err := cni.LoadNetwork(ctx, m.o.ConfDir, req.Network)
+	if err != nil {
+		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
+	}
+	return net, nil
+}
+
+func (m *Manager) newRecord(req Request, net *cni.Network, path string) *store.Attachment {
+	ifname := req.IfName
+	if ifname == "" {
+		ifname = "eth0"
+	}
+	return &store.Attachment{
+		ID:             req.ID,
+		NetnsPath:      path,
+		Network:        net.Name(),
+		IfName:         ifname,
+		ConfList:       append([]byte(nil), net.Bytes()...),
+		Args:           m.args(req.ID, req.Args),
+		CapabilityArgs: req.CapabilityArgs,
+		Phase:          store.PhaseIntent,
+		OwnerPID:       m.o.OwnerPID,
+		OwnerStartTime: m.o.OwnerStartTime,
+		AllocID:        req.AllocID,
+	}
+}
+
+func (m *Manager) args(id string, extra map[string]string) map[string]string {
+	out := make(map[string]string, len(extra)+1)
+	for k, v := range extra {
+		out[k] = v
+	}
+	out["BERTH_ID"] = id
+	return out
+}
+
+func (m *Manager) cniAttachment(id, path, ifname string, args map[string]string, capArgs map[string]any) *cni.Attachment {
+	return &cni.Attachment{ContainerID: id, NetNS: path, IfName: ifname, Args: m.args(id, args), CapabilityArgs: capArgs}
+}
+
+func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log *slog.Logger) (*Status, error) {
+	t := Timings{}
+	path := m.o.Netns.Path(req.ID)
+	rec := m.newRecord(req, net, path)
+
+	start := time.Now()
+	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
+		return nil, fmt.Errorf("setup %s: record intent: %w", req.ID, err)
+	}
+	t.add("record", time.Since(start))
+
+	start = time.Now()
+	_, err := m.o.Netns.Create(ctx, req.ID)
+	m.obs.NetnsOp("create", time.Since(start), err)
+	t.add("netns", time.Since(start))
+	if err != nil {
+		// Create leaves nothing on failure; only the intent remains.
+		if derr := m.o.Store.DeleteAttachment(context.WithoutCancel(ctx), req.ID); derr != nil {
+			log.Warn("could not delete record of failed setup", "err", derr)
+		}
+		if errors.Is(err, netns.ErrExists) {
+			return nil, fmt.Errorf("setup %s: %w (remove it with `ip netns del %s` if nothing uses it)", req.ID, ErrNotOwned, req.ID)
+		}
+		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
+	}
+
+	start = time.Now()
+	rec.Phase = store.PhaseAdding
+	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
+		err = fmt.Errorf("setup %s: record phase %s: %w", req.ID, rec.Phase, err)
+		return nil, m.undo(ctx, rec, err, log)
+	}
+	t.add("record", time.Since(start))
+
+	unlockNet, err := m.lockNetwork(ctx, net.Name(), false)
+	if err != nil {
+		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
+	}
+	start = time.Now()
+	res, err := m.o.CNI.Add(ctx, net, m.cniAttachment(req.ID, path, rec.IfName, req.Args, req.CapabilityArgs))
+	unlockNet()
+	m.obs.CNIOp("ADD", net.Name(), time.Since(start), err)
+	t.add("add", time.Since(start))
+	if err != nil {
+		log.Warn("CNI ADD failed; undoing", "err", err)
+		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
+	}
+
+	start = time.Now()
+	rec.Result = res.Raw
+	rec.Phase = store.PhaseReady
+	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
+		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: record phase %s: %w", req.ID, rec.Phase, err), log)
+	}
+	t.add("record", time.Since(start))
+	log.Debug("attachment ready", "ipv4", res.Status.IPv4, "timings_ms", t)
+	return &Status{ID: req.ID, NetnsPath: path, Network: net.Name(), Phase: rec.Phase, Status: res.Status, Created: true, Timings: t}, nil
+}
+
+// undo tears down a failed setup. The context of the setup may be what
+// failed (a deadline), so the cleanup gets its own.
+func (m *Manager) undo(ctx context.Context, rec *store.Attachment, cause error, log *slog.Logger) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cleanupTimeout())
+	defer cancel()
+	if _, err := m.teardown(cctx, rec, log); err != nil {
+		return fmt.Errorf("%w; cleanup also failed and is pending: %w", cause, err)
+	}
+	return cause
+}
+
+func (m *Manager) cleanupTimeout() time.Duration {
+	return cni.DefaultTimeouts().Del + 30*time.Second
+}
+
+func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network, rec *store.Attachment, log *slog.Logger) (*Status, error) {
+	t := Timings{}
+	stored, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+	if err != nil || stored.Name() != net.Name() {
+		// The ID is attached to another network (or its record is
+		// unreadable): CHECK against the requested one cannot pass.
+		return nil, fmt.Errorf("setup %s: already attached to network %q, not %q: tear it down first (berth net down %s)", req.ID, rec.Network, net.Name(), req.ID)
+	}
+	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: t}
+	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
+		st.Status = res.Status
+	}
+	if err := stored.CheckSupport(); err != nil {
+		log.Info("existing attachment not checked", "reason", err)
+		st.CheckSkipped = err.Error()
+		return st, nil
+	}
+	start := time.Now()
+	att := &cni.Attachment{ContainerID: rec.ID, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
+	cerr := m.o.CNI.Check(ctx, stored, att)
+	m.obs.CNIOp("CHECK", stored.Name(), time.Since(start), cerr)
+	t.add("check", time.Since(start))
+	if cerr == nil {
+		return st, nil
+	}
+	cerr = fmt.Errorf("%w: %w", ErrCheckFailed, cerr)
+	m.obs.CheckFailed(net.Name())
+	log.Warn("CNI CHECK failed; recreating the namespace", "err", cerr)
+
+	start = time.Now()
+	if _, err := m.teardown(ctx, rec, log); err != nil {
+		m.obs.Healed(net.Name(), err)
+		return nil, fmt.Errorf("setup %s: %w; teardown before recreate failed: %w", req.ID, cerr, err)
+	}
+	t.add("heal_teardown", time.Since(start))
+	nst, err := m.create(ctx, req, net, log)
+	m.obs.Healed(net.Name(), err)
+	if err != nil {
+		return nil, fmt.Errorf("setup %s: %w; recreate failed: %w", req.ID, cerr, err)
+	}
+	for k, v := range t {
+		nst.Timings[k] += v
+	}
+	nst.Healed = cerr.Error()
+	log.Info("namespace recreated after CHECK failure", "ipv4", nst.IPv4)
+	return nst, nil
+}
+
+// Check runs CNI CHECK on an existing attachment without healing it.
+func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
+	if err := netns.ValidateName(id); err != nil {
+		return nil, fmt.Errorf("attachment ID: %w", err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+	rec, err := m.o.Store.GetAttachment(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("check %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check %s: %w", id, err)
+	}
+	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: Timings{}}
+	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
+		st.Status = res.Status
+	}
+	if rec.Phase != store.PhaseReady {
+		return st, fmt.Errorf("check %s: attachment is in phase %s, not ready", id, rec.Phase)
+	}
+	if !m.o.Netns.Exists(id) {
+		return st, fmt.Errorf("check %s: %w: %s is gone", id, ErrCheckFailed, rec.NetnsPath)
+	}
+	net, err := cni.ParseNetwork(rec.ConfList, "record of "+id)
+	if err != nil {
+		return st, fmt.Errorf("check %s: %w", id, err)
+	}
+	if err := net.CheckSupport(); err != nil {
+		st.CheckSkipped = err.Error()
+		return st, nil
+	}
+	start := time.Now()
+	err = m.o.CNI.Check(ctx, net, &cni.Attachment{ContainerID: id, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs})
+	m.obs.CNIOp("CHECK", net.Name(), time.Since(start), err)
+	st.Timings.add("check", time.Since(start))
+	if err != nil {
+		m.obs.CheckFailed(net.Name())
+		return st, fmt.Errorf("check %s: %w: %w", id, ErrCheckFailed, err)
+	}
+	return st, nil
+}
+
+// Get returns the record of an attachment.
+func (m *Manager) Get(ctx context.Context, id string) (*store.Attachment, error) {
+	rec, err := m.o.Store.GetAttachment(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	return rec, err
+}
+
+// List returns every recorded attachment.
+func (m *Manager) List(ctx context.Context) ([]*store.Attachment, error) {
+	return m.o.Store.ListAttachments(ctx)
+}
+
+// TeardownReport says what a teardown did.
+type TeardownReport struct {
+	ID      string   `json:"id"`
+	Network string   `json:"network,omitempty"`
+	Nothing bool     `json:"nothing_to_do,omitempty"`
+	Busy    bool     `json:"busy,omitempty"`
+	Holders []string `json:"holders,omitempty"`
+	Retries int      `json:"retries,omitempty"`
+	Timings Timings  `json:"timings_ms"`
+}
+
+// Teardown removes the attachment of id: DEL while the namespace is still
+// pinned, then the namespace, then the record. It is idempotent and safe to
+// call concurrently; with nothing left it returns a report with Nothing set.
+// When berth has no record, libcni's cache is used to find the network.
+func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, error) {
+	if err := netns.ValidateName(id); err != nil {
+		return nil, fmt.Errorf("attachment ID: %w", err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+	rec, err := m.o.Store.GetAttachment(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		rec, err = m.recordFromCache(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			if m.o.Netns.Exists(id) {
+				return nil, fmt.Errorf("teardown %s: %w: %s (remove it with `ip netns del %s` if it is yours)", id, ErrNotOwned, m.o.Netns.Path(id), id)
+			}
+			return &TeardownReport{ID: id, Nothing: true, Timings: Timings{}}, nil
+		}
+	case err != nil:
+		return nil, fmt.Errorf("teardown %s: read record: %w", id, err)
+	}
+	return m.teardown(ctx, rec, m.logger(id, rec.NetnsPath, rec.Network))
+}
+
+// recordFromCache rebuilds a record from libcni's cache, for an
+// attachment berth's store does not know (store lost, or made by an older
+// berth). Only cache entries carrying BERTH_ID are berth's.
+func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attachment, error) {
+	cached, err := m.o.CNI.CachedAttachments(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("teardown %s: %w", id, err)
+	}
+	for _, c := range cached {
+		path := m.o.Netns.Path(id)
+		if c.NetNS != "" {
+			path = c.NetNS
+		}
+		return &store.Attachment{ID: id, Network: c.Network, IfName: c.IfName, NetnsPath: path, Phase: store.PhaseTearingDown}, nil
+	}
+	return nil, nil
+}
+
+// teardown undoes rec. The caller holds the ID's lock.
+func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog.Logger) (*TeardownReport, error) {
+	rep := &TeardownReport{ID: rec.ID, Network: rec.Network, Timings: Timings{}}
+	if rec.NetnsPath == "" {
+		rec.NetnsPath = m.o.Netns.Path(rec.ID)
+	}
+	// Before ADD was sent nothing reached the plugins, so there is nothing
+	// to DEL; in any later phase (or an unknown one) DEL is due.
+	needDel := rec.Phase != store.PhaseIntent && rec.Phase != store.PhaseNetnsCreated
+	start := time.Now()
+	if rec.Phase != store.PhaseTearingDown {
+		rec.Phase = store.PhaseTearingDown
+		if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
+			return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
+		}
+	}
+	rep.Timings.add("record", time.Since(start))
+
+	pinned, _ := netns.IsPinned(rec.NetnsPath)
+	if needDel {
+		var net *cni.Network
+		if len(rec.ConfList) > 0 {
+			n, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+			if err != nil {
+				return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
+			}
+			net = n
+		}
+		att := &cni.Attachment{ContainerID: rec.ID, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
+		if pinned {
+			att.NetNS = rec.NetnsPath
+		}
+		unlockNet, err := m.lockNetwork(ctx, rec.Network, false)
+		if err != nil {
+			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
+		}
+		start = time.Now()
+		err = m.o.CNI.Del(ctx, net, rec.Network, att)
+		unlockNet()
+		m.obs.CNIOp("DEL", rec.Network, time.Since(start), err)
+		rep.Timings.add("del", time.Since(start))
+		if err != nil {
+			// The namespace stays: a DEL retried without it would leak
+			// the bridge plugin's masquerade chain.
+			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
+		}
+		if !pinned {
+			// Without the namespace the bridge plugin skips its
+			// masquerade teardown (it cannot read eth0's addresses):
+			// remove what carries this attachment's marker ourselves.
+			start = time.Now()
+			removed, err := hostclean.RemoveAttachmentRules(ctx, rec.Network, rec.ID)
+			rep.Timings.add("rules", time.Since(start))
+			if err != nil {
+				return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: remove iptables rules left by DEL without namespace: %w", rec.ID, err))
+			}
+			if len(removed) > 0 {
+				log.Info("removed iptables rules the plugins left (namespace was gone)", "removed", removed)
+			}
+		}
+	}
+
+	start = time.Now()
+	rr, err := netns.RemovePath(ctx, rec.NetnsPath)
+	m.obs.NetnsOp("remove", time.Since(start), err)
+	rep.Timings.add("remove", time.Since(start))
+	if rr != nil {
+		m.obs.Removed(rr)
+		rep.Busy, rep.Retries = rr.Busy, rr.Retries
+		for _, h := range rr.Holders {
+			rep.Holders = append(rep.Holders, h.String())
+		}
+		if rr.Busy || rr.Retries > 0 {
+			log.Warn("namespace was busy at removal; detached it", "holders", rep.Holders, "retries", rr.Retries)
+		}
+	}
+	if err != nil {
+		return rep, m.fail(ctx, rec, err)
+	}
+
+	start = time.Now()
+	if err := m.o.Store.DeleteAttachment(ctx, rec.ID); err != nil {
+		return rep, fmt.Errorf("teardown %s: delete record: %w", rec.ID, err)
+	}
+	rep.Timings.add("record", time.Since(start))
+	return rep, nil
+}
+
+// fail records a failed teardown so that it is retried with backoff.
+func (m *Manager) fail(ctx context.Context, rec *store.Attachment, cause error) error {
+	rec.TeardownAttempts++
+	rec.LastError = cause.Error()
+	rec.NextAttempt = time.Now().Add(RetryBackoff(rec.TeardownAttempts))
+	if err := m.o.Store.PutAttachment(context.WithoutCancel(ctx), rec); err != nil {
+		return fmt.Errorf("%w; recording the failure also failed: %w", cause, err)
+	}
+	return cause
+}
+
+// RetryBackoff is how long to wait before the n-th retry of a teardown:
+// exponential from 1 s, capped at 5 minutes.
+func RetryBackoff(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	if d > 5*time.Minute {
+		d = 5 * time.Minute
+	}
+	return d
+}
+
+// keyedMutex serialises work per key without a global lock across keys.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}

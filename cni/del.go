@@ -1,0 +1,226 @@
+package cni
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/berth/berth/hostclean"
+)
+
+// del runs DEL for the whole chain. The plain libcni path needs the cached
+// result and every plugin binary. Without a cached result (an ADD that
+// failed half-way, a crash before libcni wrote the cache) plugins that
+// key their state on the result's addresses, such as the firewall plugin,
+// would silently leave their rules: so a result is rebuilt from the
+// namespace or from host-local's leases and handed to each plugin. A
+// plugin whose binary is gone cannot clean up anything; it is skipped,
+// with a warning, rather than blocking the rest of the teardown forever.
+func (c *Client) del(ctx context.Context, net *Network, rt *libcni.RuntimeConf) error {
+	var missing []string
+	for _, p := range net.List.Plugins {
+		if _, err := c.FindPlugin(p.Network.Type); err != nil {
+			missing = append(missing, p.Network.Type)
+		}
+	}
+	cached, _ := c.cni.GetNetworkListCachedResult(net.List, rt)
+	if len(missing) == 0 && cached != nil {
+		return c.cni.DelNetworkList(ctx, net.List, rt)
+	}
+	if len(missing) > 0 {
+		c.log.Warn("CNI DEL skips plugins whose binaries are missing; whatever they made cannot be removed by them",
+			"network", net.Name(), "id", rt.ContainerID, "missing", missing, "path", strings.Join(c.path, ":"))
+	}
+	prev := cached
+	if prev == nil {
+		prev = c.rebuildResult(net, rt)
+	}
+	inject := map[string]any{"name": net.Name(), "cniVersion": net.Version()}
+	if prev != nil {
+		inject["prevResult"] = prev
+	}
+	var errs []error
+	for i := len(net.List.Plugins) - 1; i >= 0; i-- {
+		p := net.List.Plugins[i]
+		if contains(missing, p.Network.Type) {
+			continue
+		}
+		conf, err := libcni.InjectConf(p, inject)
+		if err != nil {
+			return fmt.Errorf("plugin %s: build DEL config: %w", p.Network.Type, err)
+		}
+		if err := c.cni.DelNetwork(ctx, conf, rt); err != nil {
+			errs = append(errs, fmt.Errorf("plugin type=%q failed (delete): %w", p.Network.Type, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildResult makes a result for DEL from what the attachment left:
+// the addresses of its interface in the namespace, or, with the namespace
+// gone, host-local's leases for the container. nil when neither exists.
+func (c *Client) rebuildResult(net *Network, rt *libcni.RuntimeConf) types.Result {
+	var ips []*types100.IPConfig
+	itf := &types100.Interface{Name: rt.IfName, Sandbox: rt.NetNS}
+	if rt.NetNS != "" {
+		if addrs, mac, err := linkAddrs(rt.NetNS, rt.IfName); err == nil {
+			itf.Mac = mac
+			for _, a := range addrs {
+				ips = append(ips, &types100.IPConfig{Address: *a, Interface: types100.Int(0)})
+			}
+		}
+	}
+	if len(ips) == 0 {
+		for _, a := range leasedAddrs(net, rt.ContainerID, rt.IfName) {
+			ips = append(ips, &types100.IPConfig{Address: *a, Interface: types100.Int(0)})
+		}
+	}
+	if len(ips) == 0 {
+		return nil
+	}
+	r := &types100.Result{CNIVersion: types100.ImplementedSpecVersion, Interfaces: []*types100.Interface{itf}, IPs: ips}
+	out, err := r.GetAsVersion(net.Version())
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// linkAddrs reads the global addresses of ifname inside the namespace at
+// path. The namespace handle is closed before returning.
+func linkAddrs(path, ifname string) ([]*net.IPNet, string, error) {
+	h, err := vnetns.GetFromPath(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return nil, "", err
+	}
+	defer nl.Close()
+	link, err := nl.LinkByName(ifname)
+	if err != nil {
+		return nil, "", err
+	}
+	addrs, err := nl.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []*net.IPNet
+	for _, a := range addrs {
+		if a.IP.IsGlobalUnicast() {
+			out = append(out, a.IPNet)
+		}
+	}
+	return out, link.Attrs().HardwareAddr.String(), nil
+}
+
+// leasedAddrs finds host-local leases of the container in the network's
+// host-local data dirs. A lease file is named by the address and holds the
+// container ID and interface name on two lines.
+func leasedAddrs(nw *Network, containerID, ifname string) []*net.IPNet {
+	var out []*net.IPNet
+	for _, p := range nw.List.Plugins {
+		for _, r := range hostLocalRanges(p.Bytes) {
+			dir := filepath.Join(r.dataDir, nw.Name())
+			des, err := os.ReadDir(dir)
+			if err != nil {
+				continue
+			}
+			for _, de := range des {
+				ip := parseLeaseName(de.Name())
+				if ip == nil || !r.subnet.Contains(ip) {
+					continue
+				}
+				id, ifn := readLease(filepath.Join(dir, de.Name()))
+				if id == containerID && (ifn == "" || ifn == ifname) {
+					out = append(out, &net.IPNet{IP: ip, Mask: r.subnet.Mask})
+				}
+			}
+		}
+	}
+	return out
+}
+
+type ipamRange struct {
+	dataDir string
+	subnet  *net.IPNet
+}
+
+// hostLocalRanges reads the subnets and data dir of a plugin whose IPAM is
+// host-local.
+func hostLocalRanges(b []byte) []ipamRange {
+	var conf struct {
+		IPAM struct {
+			Type    string `json:"type"`
+			DataDir string `json:"dataDir"`
+			Subnet  string `json:"subnet"`
+			Ranges  [][]struct {
+				Subnet string `json:"subnet"`
+			} `json:"ranges"`
+		} `json:"ipam"`
+	}
+	if json.Unmarshal(b, &conf) != nil || conf.IPAM.Type != "host-local" {
+		return nil
+	}
+	dir := conf.IPAM.DataDir
+	if dir == "" {
+		dir = hostclean.HostLocalDir
+	}
+	subnets := []string{conf.IPAM.Subnet}
+	for _, set := range conf.IPAM.Ranges {
+		for _, r := range set {
+			subnets = append(subnets, r.Subnet)
+		}
+	}
+	var out []ipamRange
+	for _, s := range subnets {
+		if _, n, err := net.ParseCIDR(s); err == nil {
+			out = append(out, ipamRange{dataDir: dir, subnet: n})
+		}
+	}
+	return out
+}
+
+func parseLeaseName(name string) net.IP {
+	// IPv6 leases use '_' for ':' on some filesystems; host-local writes ':'.
+	return net.ParseIP(strings.ReplaceAll(name, "_", ":"))
+}
+
+func readLease(path string) (id, ifname string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if sc.Scan() {
+		id = strings.TrimSpace(sc.Text())
+	}
+	if sc.Scan() {
+		ifname = strings.TrimSpace(sc.Text())
+	}
+	return id, ifname
+}

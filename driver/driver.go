@@ -1,0 +1,85 @@
+// Package driver defines how berth starts tasks inside a group's network
+// namespace and how it makes sure a task holds nothing of that namespace
+// once it is gone.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/berth/berth/store"
+)
+
+// ErrUnknownDriver is returned for a driver name berth does not have.
+var ErrUnknownDriver = errors.New("unknown driver")
+
+// Task is everything a driver needs to start one task.
+type Task struct {
+	AllocID   string
+	JobName   string
+	GroupName string
+	TaskName  string
+	// Config is the task's driver-specific `config` block, already decoded
+	// (strings, numbers, bools, []any, map[string]any).
+	Config map[string]any
+	// Env is the complete environment for the task, NOMAD_* variables included.
+	Env map[string]string
+	// NetnsPath is the group's pinned network namespace; empty means the host's.
+	NetnsPath string
+	// LogDir receives <TaskName>.stdout and <TaskName>.stderr.
+	LogDir      string
+	KillTimeout time.Duration
+	// Labels are attached to whatever the driver creates (container labels),
+	// so an orphan can be found by them after a crash.
+	Labels map[string]string
+}
+
+// ExitResult is how a task ended.
+type ExitResult struct {
+	ExitCode   int
+	Signal     int
+	OOMKilled  bool
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Err is set when the driver lost track of the task rather than seeing it exit.
+	Err error
+}
+
+// Successful reports a clean exit.
+func (r *ExitResult) Successful() bool {
+	return r != nil && r.Err == nil && r.ExitCode == 0 && r.Signal == 0
+}
+
+// Handle is a started task.
+type Handle interface {
+	// State is what must be recorded so that a later berth process can find
+	// and kill the task if this one dies (PID and start time, container ID).
+	State() store.TaskHandle
+	// Wait blocks until the task exits or ctx ends.
+	Wait(ctx context.Context) (*ExitResult, error)
+	// Stop asks the task to stop (SIGTERM, or the container's stop signal)
+	// and kills it after timeout.
+	Stop(ctx context.Context, timeout time.Duration) error
+	// Destroy releases everything the driver holds for the task: the
+	// container is removed, every file descriptor and helper process that
+	// could pin the namespace is gone. The network teardown runs only after
+	// Destroy returned, so it must not return early.
+	Destroy(ctx context.Context) error
+}
+
+// Driver starts tasks of one kind.
+type Driver interface {
+	Name() string
+	// ValidateConfig checks a task's config block before anything is
+	// created; the error names the offending field.
+	ValidateConfig(cfg map[string]any) error
+	Start(ctx context.Context, t *Task) (Handle, error)
+	// Cleanup kills and removes whatever is left of a task whose owning
+	// berth process died, from its recorded state. It never touches a
+	// process whose start time differs from the recorded one. Nothing left
+	// is not an error.
+	Cleanup(ctx context.Context, h store.TaskHandle) error
+	// Close releases driver-wide resources (e.g. a podman service berth started).
+	Close(ctx context.Context) error
+}

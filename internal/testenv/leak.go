@@ -1,0 +1,136 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/hostclean"
+)
+
+// Snapshot is the part of the host that berth (and its tests) could leak.
+type Snapshot map[string]bool
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// TakeSnapshot reads namespaces, veths, bridges, host-local leases,
+// CNI iptables chains and rules, libcni cache entries and podman
+// containers.
+func TakeSnapshot(ctx context.Context) (Snapshot, error) {
+	s := Snapshot{}
+	if des, err := os.ReadDir("/run/netns"); err == nil {
+		for _, de := range des {
+			s["netns "+de.Name()] = true
+		}
+	}
+	for _, kind := range []string{"veth", "bridge"} {
+		out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show", "type", kind).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ip link show type %s: %w", kind, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				name := strings.TrimSuffix(f[1], ":")
+				if i := strings.IndexByte(name, '@'); i >= 0 {
+					name = name[:i]
+				}
+				s[kind+" "+name] = true
+			}
+		}
+	}
+	leases, _ := filepath.Glob("/var/lib/cni/networks/*/*")
+	for _, l := range leases {
+		b := filepath.Base(l)
+		if b == "lock" || strings.HasPrefix(b, "last_reserved_ip") {
+			continue
+		}
+		s["lease "+l] = true
+	}
+	cache, _ := filepath.Glob("/var/lib/cni/results/*")
+	for _, c := range cache {
+		s["cni-cache "+filepath.Base(c)] = true
+	}
+	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			continue
+		}
+		out, err := exec.CommandContext(ctx, tool).Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", tool, err)
+		}
+		table := ""
+		for _, line := range strings.Split(string(out), "\n") {
+			switch {
+			case strings.HasPrefix(line, "*"):
+				table = line[1:]
+			case strings.HasPrefix(line, ":CNI-"):
+				s[tool+" "+table+" chain "+strings.Fields(line)[0][1:]] = true
+			case strings.HasPrefix(line, "-A ") && strings.Contains(line, "CNI"):
+				s[tool+" "+table+" "+counters.ReplaceAllString(line, "")] = true
+			}
+		}
+	}
+	if _, err := exec.LookPath("podman"); err == nil {
+		out, err := exec.CommandContext(ctx, "podman", "ps", "-a", "--format", "{{.Names}}").Output()
+		if err == nil {
+			for _, n := range strings.Fields(string(out)) {
+				s["container "+n] = true
+			}
+		}
+	}
+	return s, nil
+}
+
+// Leaked lists what after has that before had not.
+func Leaked(before, after Snapshot) []string {
+	var out []string
+	for k := range after {
+		if !before[k] {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LeakCheckMain runs a test binary's tests between two snapshots of the
+// host and fails the binary if anything was left behind. Shared CNI chains
+// that plugins create on first use and never remove are tidied first (when
+// nothing uses them), as berth itself does. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
+func LeakCheckMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	before, err := TakeSnapshot(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leak check: before: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = hostclean.TidySharedChains(ctx)
+	after, err := TakeSnapshot(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leak check: after: %v\n", err)
+		return 1
+	}
+	if leaked := Leaked(before, after); len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "LEAK CHECK FAILED: the tests left %d things on the host:\n  %s\n", len(leaked), strings.Join(leaked, "\n  "))
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "leak check: host unchanged (netns, veths, bridges, leases, CNI chains and rules, CNI cache, containers)")
+	return code
+}

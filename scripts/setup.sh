@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs what berth and its tests need on a Debian 12 host, as root.
+# Idempotent: every step checks first and does nothing when already done.
+#
+#   - Debian packages: iproute2, iptables, Debian's CNI plugins (many users
+#     run those), podman + runc + conmon, busybox-static (the local image);
+#   - the CNI reference plugins v1.10.0, built with `go install` into
+#     /opt/berth/cni/bin (Debian's 1.1.1 portmap fails CHECK on every healthy
+#     attachment with port mappings: containernetworking/plugins#819);
+#   - example network configurations into /etc/cni/net.d;
+#   - the local image localhost/busybox:latest (no registry is reachable).
+set -euo pipefail
+
+CNI_VERSION=v1.10.0
+CNI_PLUGINS=(main/bridge ipam/host-local meta/portmap meta/firewall main/loopback meta/tuning ipam/static)
+BERTH_CNI_BIN=${BERTH_CNI_BIN:-/opt/berth/cni/bin}
+CNI_CONF_DIR=${CNI_CONF_DIR:-/etc/cni/net.d}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+	log "must run as root (berth creates network namespaces and iptables rules)"
+	exit 1
+fi
+
+# 1. Debian packages.
+pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing Debian packages: ${missing[*]}"
+	apt-get update -q >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+# 2. Reference CNI plugins, built from the Go module proxy.
+stamp="$BERTH_CNI_BIN/.berth-cni-version"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$CNI_VERSION" ]; then
+	command -v go >/dev/null || { log "go is required to build the CNI plugins ($CNI_VERSION)"; exit 1; }
+	log "building CNI reference plugins $CNI_VERSION into $BERTH_CNI_BIN (about a minute on a cold cache)"
+	mkdir -p "$BERTH_CNI_BIN"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	mods=()
+	for p in "${CNI_PLUGINS[@]}"; do mods+=("github.com/containernetworking/plugins/plugins/$p@$CNI_VERSION"); done
+	# GOFLAGS from the caller (e.g. -mod=vendor) must not apply to go install.
+	(cd "$tmp" && GOFLAGS= GOBIN="$tmp/bin" CGO_ENABLED=0 go install "${mods[@]}")
+	install -m 0755 "$tmp"/bin/* "$BERTH_CNI_BIN"/
+	echo "$CNI_VERSION" >"$stamp"
+fi
+
+# 3. Example networks (never overwrite an operator's edited file).
+mkdir -p "$CNI_CONF_DIR"
+for f in "$root"/examples/cni/*.conflist; do
+	[ -e "$f" ] || continue
+	dst="$CNI_CONF_DIR/$(basename "$f")"
+	if [ ! -e "$dst" ]; then
+		log "installing example network $dst"
+		install -m 0644 "$f" "$dst"
+	fi
+done
+
+# 4. The local busybox image for the podman driver.
+if [ -x "$root/scripts/image/build-busybox.sh" ]; then
+	"$root/scripts/image/build-busybox.sh" >&2
+fi
+
+log "ok"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs berth's whole test suite as CI does: installs what the tests need,
+# then runs every package's tests, as root, against real namespaces, the
+# real CNI plugins and real podman.
+#
+# Packages run one at a time (-p 1): each test binary checks that the host
+# is exactly as it found it (namespaces, veths, leases, iptables chains,
+# CNI cache, containers), which only means something if no other test
+# binary is changing the host at the same time.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+exec go test -race -p 1 -count=1 -timeout 60m "$@" ./...

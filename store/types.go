@@ -1,0 +1,144 @@
+// Package store persists berth's attachments and allocations in an embedded
+// bbolt database so that a crashed or killed berth can finish or undo what it
+// started.
+package store
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Phase is where an attachment stands in its lifecycle. The record is written
+// before each side effect, so the phase names the step that may have
+// happened, not only the ones that certainly did.
+type Phase string
+
+const (
+	// PhaseIntent: recorded, nothing created yet (or the netns create is in flight).
+	PhaseIntent Phase = "intent"
+	// PhaseNetnsCreated: the namespace exists; CNI ADD has not been sent.
+	PhaseNetnsCreated Phase = "netns-created"
+	// PhaseAdding: CNI ADD was sent; the plugin chain may have done part of its work.
+	PhaseAdding Phase = "adding"
+	// PhaseReady: ADD succeeded; the attachment is in use.
+	PhaseReady Phase = "ready"
+	// PhaseTearingDown: teardown started or failed and must be retried until it succeeds.
+	PhaseTearingDown Phase = "tearing-down"
+)
+
+// Attachment is one ID's network namespace and its CNI attachment.
+type Attachment struct {
+	ID        string `json:"id"`
+	NetnsPath string `json:"netns_path"`
+	Network   string `json:"network"`
+	IfName    string `json:"ifname"`
+	// ConfList is the network configuration list used for ADD, kept so that
+	// DEL and GC use exactly what ADD used even if the file changed since.
+	ConfList       json.RawMessage   `json:"conflist,omitempty"`
+	Result         json.RawMessage   `json:"result,omitempty"`
+	Args           map[string]string `json:"args,omitempty"`
+	CapabilityArgs map[string]any    `json:"capability_args,omitempty"`
+	Phase          Phase             `json:"phase"`
+	// Owner is the berth process that made the attachment (PID and its
+	// start time in clock ticks since boot, so a reused PID is not mistaken
+	// for it).
+	OwnerPID       int       `json:"owner_pid,omitempty"`
+	OwnerStartTime uint64    `json:"owner_start_time,omitempty"`
+	AllocID        string    `json:"alloc_id,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	// TeardownAttempts and LastError describe a teardown that has not yet
+	// succeeded; NextAttempt is when it may be retried.
+	TeardownAttempts int       `json:"teardown_attempts,omitempty"`
+	LastError        string    `json:"last_error,omitempty"`
+	NextAttempt      time.Time `json:"next_attempt,omitempty"`
+}
+
+// AllocStatus is an allocation's client status, with Nomad's names.
+type AllocStatus string
+
+const (
+	AllocPending  AllocStatus = "pending"
+	AllocRunning  AllocStatus = "running"
+	AllocComplete AllocStatus = "complete"
+	AllocFailed   AllocStatus = "failed"
+	AllocLost     AllocStatus = "lost"
+)
+
+// Terminal reports whether nothing more will happen to an allocation with this status.
+func (s AllocStatus) Terminal() bool {
+	return s == AllocComplete || s == AllocFailed || s == AllocLost
+}
+
+// TaskHandle is what is needed to find and stop a task's process or
+// container after the berth that started it died.
+type TaskHandle struct {
+	Driver        string `json:"driver"`
+	PID           int    `json:"pid,omitempty"`
+	PIDStartTime  uint64 `json:"pid_start_time,omitempty"`
+	ContainerID   string `json:"container_id,omitempty"`
+	ContainerName string `json:"container_name,omitempty"`
+	CgroupPath    string `json:"cgroup_path,omitempty"`
+}
+
+// TaskState is one task of an allocation.
+type TaskState struct {
+	Name       string      `json:"name"`
+	Driver     string      `json:"driver"`
+	State      string      `json:"state"` // pending, running, dead
+	Failed     bool        `json:"failed"`
+	ExitCode   int         `json:"exit_code"`
+	Signal     int         `json:"signal,omitempty"`
+	Restarts   int         `json:"restarts"`
+	StartedAt  time.Time   `json:"started_at,omitempty"`
+	FinishedAt time.Time   `json:"finished_at,omitempty"`
+	Handle     *TaskHandle `json:"handle,omitempty"`
+}
+
+// Event is one line of an allocation's timeline.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"`
+	Message string    `json:"message"`
+}
+
+// NetworkStatus is what the allocation's network looks like, as Nomad's
+// NetworkStatus: where the namespace is and what CNI gave it.
+type NetworkStatus struct {
+	Mode      string   `json:"mode"`
+	Network   string   `json:"network,omitempty"`
+	NetnsPath string   `json:"netns_path,omitempty"`
+	Interface string   `json:"interface,omitempty"`
+	IPv4      []string `json:"ipv4,omitempty"`
+	IPv6      []string `json:"ipv6,omitempty"`
+	Gateway   []string `json:"gateway,omitempty"`
+	DNS       *DNS     `json:"dns,omitempty"`
+}
+
+// DNS is the resolver configuration handed to the workload.
+type DNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// Allocation is one run of a task group.
+type Allocation struct {
+	ID             string         `json:"id"`
+	Namespace      string         `json:"namespace,omitempty"`
+	JobID          string         `json:"job_id"`
+	Group          string         `json:"group"`
+	Status         AllocStatus    `json:"status"`
+	StatusDesc     string         `json:"status_description,omitempty"`
+	Tasks          []TaskState    `json:"tasks"`
+	Network        *NetworkStatus `json:"network,omitempty"`
+	Events         []Event        `json:"events,omitempty"`
+	OwnerPID       int            `json:"owner_pid,omitempty"`
+	OwnerStartTime uint64         `json:"owner_start_time,omitempty"`
+	CreatedAt      time.Time      `json:"created_at"`
+	ModifiedAt     time.Time      `json:"modified_at"`
+	// Timings in milliseconds, by phase name (netns, add, task, driver_cleanup, del, remove).
+	TimingsMS       map[string]float64 `json:"timings_ms,omitempty"`
+	TeardownRetries int                `json:"teardown_retries,omitempty"`
+	Holders         []string           `json:"holders,omitempty"`
+}
