@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -282,6 +283,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 		return nil, fmt.Errorf("setup %s: record intent: %w", req.ID, err)
 	}
 	t.add("record", time.Since(start))
+	fault.Point(fault.AfterIntent)
 
 	start = time.Now()
 	_, err := m.o.Netns.Create(ctx, req.ID)
@@ -298,6 +300,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
 	}
 
+	fault.Point(fault.AfterNetns)
 	start = time.Now()
 	rec.Phase = store.PhaseAdding
 	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
@@ -320,6 +323,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
 	}
 
+	fault.Point(fault.AfterAdd)
 	start = time.Now()
 	rec.Result = res.Raw
 	rec.Phase = store.PhaseReady
@@ -571,6 +575,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 		}
 	}
 
+	fault.Point(fault.AfterDel)
 	start = time.Now()
 	rr, err := netns.RemovePath(ctx, rec.NetnsPath)
 	m.obs.NetnsOp("remove", time.Since(start), err)

@@ -97,6 +97,8 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(g),
 		newNetCmd(g),
+		newValidateCmd(g),
+		newRunCmd(g),
 	)
 	return root
 }

@@ -76,7 +76,7 @@ func NewClient(o Options) *Client {
 	}
 	return &Client{
 		log:      o.Logger,
-		cni:      libcni.NewCNIConfigWithCacheDir(o.PluginPath, o.CacheDir, o.Exec),
+		cni:      libcni.NewCNIConfigWithCacheDir(o.PluginPath, o.CacheDir, withFaults(o.Exec)),
 		path:     o.PluginPath,
 		cacheDir: o.CacheDir,
 		to:       o.Timeouts,

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/internal/fault"
 )
 
 // DefaultDir is where `ip netns` keeps its namespaces; pinning ours there
@@ -288,6 +290,7 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 		return rep, fmt.Errorf("unmount netns %s: %w", path, err)
 	}
 
+	fault.Point(fault.DuringRemove)
 	// Unlink fails with EBUSY while another mount is still stacked on the
 	// path (a racing setup); detach again and retry with a bounded backoff.
 	backoff := 5 * time.Millisecond

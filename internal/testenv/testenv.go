@@ -158,4 +158,3 @@ func Must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
-

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/berth/berth/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
+
+// run executes berth in process and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := NewRoot(&out, &errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errb.String(), err
+}
+
+func netnsEntries() []string {
+	des, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, de := range des {
+		out = append(out, de.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+var position = regexp.MustCompile(`\.hcl:\d+:\d+: `)
+
+// Every invalid job file is refused by `berth validate` and `berth run`
+// with an error that names file, line and column, and nothing is created.
+func TestBadJobFiles(t *testing.T) {
+	files, err := filepath.Glob("../jobspec/testdata/invalid/*.hcl")
+	testenv.Must(t, err)
+	if len(files) < 15 {
+		t.Fatalf("want at least 15 invalid job files, have %d", len(files))
+	}
+	confDir := t.TempDir()
+	testenv.Must(t, os.WriteFile(filepath.Join(confDir, "private.conflist"),
+		[]byte(`{"cniVersion":"1.1.0","name":"private","plugins":[{"type":"bridge","bridge":"btclibr0","ipam":{"type":"host-local","subnet":"10.199.90.0/24"}}]}`), 0o644))
+	before := netnsEntries()
+	for _, f := range files {
+		for _, cmd := range []string{"validate", "run"} {
+			t.Run(cmd+"/"+filepath.Base(f), func(t *testing.T) {
+				dataDir := filepath.Join(t.TempDir(), "data")
+				_, _, err := run(t, cmd, f, "--cni-config-dir", confDir, "--data-dir", dataDir, "--lock-dir", t.TempDir())
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				if !position.MatchString(err.Error()) || !strings.Contains(err.Error(), filepath.Base(f)) {
+					t.Errorf("error without file:line:col: %v", err)
+				}
+				if _, err := os.Stat(dataDir); err == nil {
+					t.Errorf("%s created the data dir for an invalid job", cmd)
+				}
+			})
+		}
+	}
+	if after := netnsEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("namespaces changed: before %v after %v", before, after)
+	}
+}
+
+func TestNetCommandErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"net", "up", "x"}, "--network is required"},
+		{[]string{"net", "up", "x", "--network", "n", "-p", "80"}, "HOST:CONTAINER"},
+		{[]string{"net", "up", "x", "--network", "n", "-p", "1:70000"}, "1 to 65535"},
+		{[]string{"net", "up", "x", "--network", "n", "--arg", "novalue"}, "KEY=VALUE"},
+		{[]string{"net", "up", "../x", "--network", "n"}, "invalid network namespace name"},
+		{[]string{"--log-level", "loud", "version"}, "--log-level"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			args := append(tc.args, "--data-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir())
+			_, _, err := run(t, args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParsePort(t *testing.T) {
+	m, err := ParsePort("8080:80/udp")
+	if err != nil || m["hostPort"] != 8080 || m["containerPort"] != 80 || m["protocol"] != "udp" {
+		t.Errorf("ParsePort: %v %v", m, err)
+	}
+	if m, _ := ParsePort("1:2"); m["protocol"] != "tcp" {
+		t.Errorf("default protocol: %v", m)
+	}
+}

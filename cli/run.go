@@ -1,0 +1,269 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver"
+	execdrv "github.com/berth/berth/driver/exec"
+	"github.com/berth/berth/driver/podman"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
+)
+
+// RunnerFlags are the settings of commands that run jobs.
+type RunnerFlags struct {
+	PodmanSocket string
+	BridgeName   string
+	BridgeIface  string
+	BridgeSubnet string
+}
+
+func (rf *RunnerFlags) register(cmd *cobra.Command) {
+	b := runner.DefaultBridge()
+	cmd.Flags().StringVar(&rf.PodmanSocket, "podman-socket", "", "podman service socket (default: berth starts its own under the data dir when none answers there)")
+	cmd.Flags().StringVar(&rf.BridgeName, "bridge-network", b.Network, "CNI network name of network mode \"bridge\"")
+	cmd.Flags().StringVar(&rf.BridgeIface, "bridge-iface", b.Bridge, "bridge interface of network mode \"bridge\"")
+	cmd.Flags().StringVar(&rf.BridgeSubnet, "bridge-subnet", b.Subnet, "subnet of network mode \"bridge\"")
+}
+
+func (rf *RunnerFlags) bridge() runner.BridgeConfig {
+	return runner.BridgeConfig{Network: rf.BridgeName, Bridge: rf.BridgeIface, Subnet: rf.BridgeSubnet}
+}
+
+// Drivers builds the driver set; podman is started only when a task needs it.
+func (g *Globals) Drivers(rf *RunnerFlags) *runner.Drivers {
+	log := g.Logger()
+	return runner.NewDrivers(map[string]runner.DriverFactory{
+		execdrv.NameRawExec: {
+			New: func(context.Context) (driver.Driver, error) {
+				return execdrv.NewRawExec(execdrv.Options{Logger: log}), nil
+			},
+			Validate: execdrv.NewRawExec(execdrv.Options{Logger: log}).ValidateConfig,
+		},
+		execdrv.NameExec: {
+			New: func(context.Context) (driver.Driver, error) {
+				return execdrv.NewExec(execdrv.Options{Logger: log}), nil
+			},
+			Validate: execdrv.NewExec(execdrv.Options{Logger: log}).ValidateConfig,
+		},
+		podman.Name: {
+			New: func(ctx context.Context) (driver.Driver, error) {
+				return podman.New(ctx, podman.Options{Socket: rf.PodmanSocket, DataDir: g.DataDir, Logger: log})
+			},
+			Validate: func(cfg map[string]any) error { _, err := podman.ParseConfig(cfg); return err },
+		},
+	})
+}
+
+// ParseJob parses and validates a job file against this node, its drivers
+// and its CNI networks.
+func (g *Globals) ParseJob(path string, drivers *runner.Drivers) (*jobspec.Job, error) {
+	return jobspec.ParseFile(path, jobspec.ParseOptions{
+		Node:    jobspec.LocalNode(),
+		Drivers: drivers.Validators(),
+		Network: func(name string) error {
+			_, err := cni.LoadNetwork(context.Background(), g.CNIConfigDir, name)
+			return err
+		},
+	})
+}
+
+func newValidateCmd(g *Globals) *cobra.Command {
+	rf := &RunnerFlags{}
+	cmd := &cobra.Command{
+		Use:   "validate JOBFILE",
+		Short: "Parse and validate a job file; print the normalized job and, for a periodic job, its next launches",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			job, err := g.ParseJob(args[0], g.Drivers(rf))
+			if err != nil {
+				return err
+			}
+			var next []time.Time
+			if job.Periodic != nil {
+				next = job.Periodic.NextN(time.Now(), 5)
+			}
+			if g.JSON {
+				return g.PrintJSON(map[string]any{"job": job, "next_launches": next})
+			}
+			w := g.stdout
+			fmt.Fprintf(w, "job %q is valid: type %s, %d group(s)\n", job.ID, job.Type, len(job.Groups))
+			for _, gr := range job.Groups {
+				var tasks []string
+				for _, t := range gr.Tasks {
+					tasks = append(tasks, t.Name+" ("+t.Driver+")")
+				}
+				fmt.Fprintf(w, "  group %q: count %d, network %s, restart %d/%s %s, tasks: %s\n", gr.Name, gr.Count, gr.Network.Mode, gr.Restart.Attempts, gr.Restart.Interval, gr.Restart.Mode, strings.Join(tasks, ", "))
+				if gr.Reschedule.Set {
+					fmt.Fprintf(w, "    reschedule: accepted, does not apply (berth runs on one node)\n")
+				}
+			}
+			for _, d := range job.Warnings {
+				fmt.Fprintf(w, "  warning: %s\n", d.String())
+			}
+			if job.Periodic != nil {
+				fmt.Fprintf(w, "  periodic %s (time zone %s, prohibit_overlap %v, enabled %v); next launches:\n", strings.Join(job.Periodic.Crons, " | "), job.Periodic.TimeZone, job.Periodic.ProhibitOverlap, job.Periodic.Enabled)
+				for _, t := range next {
+					fmt.Fprintf(w, "    %s\n", t.Format(time.RFC3339))
+				}
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	return cmd
+}
+
+func newRunCmd(g *Globals) *cobra.Command {
+	rf := &RunnerFlags{}
+	var maxRuns int
+	var forDur time.Duration
+	cmd := &cobra.Command{
+		Use:   "run JOBFILE",
+		Short: "Run a job on this machine in the foreground; print each allocation and a summary with a leak check",
+		Long: `Run a job on this machine in the foreground. Each allocation prints a line (ID, status,
+exit codes, network setup and teardown ms); the summary gives allocations by status, setup and
+teardown p50/p99, teardown retries and holders, and a leak check of what this run created.
+Exit status 0 only if every allocation completed and nothing leaked. Ctrl-C stops launching,
+stops running tasks, tears their networks down and prints the summary.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			drivers := g.Drivers(rf)
+			job, err := g.ParseJob(args[0], drivers)
+			if err != nil {
+				return err
+			}
+			st, err := g.OpenStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			m := g.Manager(st)
+			self, _ := proc.SelfStartTime()
+			r := runner.New(runner.Options{
+				Attach: m, Store: st, Drivers: drivers,
+				AllocDir: filepath.Join(g.DataDir, "alloc"), Bridge: rf.bridge(),
+				Node: jobspec.LocalNode(), Logger: g.Logger(),
+				OwnerPID: os.Getpid(), OwnerStartTime: self,
+			})
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				if err := drivers.Close(cctx); err != nil {
+					g.Logger().Warn("closing drivers", "err", err)
+				}
+			}()
+			if !g.JSON {
+				fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
+			}
+			sum, err := r.RunJob(ctx, job, runner.RunOptions{
+				MaxRuns: maxRuns, For: forDur,
+				OnAlloc: func(a *store.Allocation) {
+					if g.JSON {
+						return
+					}
+					fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9.1f  %11.1f\n", a.ID, a.Status, exitCodes(a), a.TimingsMS["netns"]+a.TimingsMS["add"], a.TimingsMS["del"]+a.TimingsMS["remove"])
+					if a.StatusDesc != "" && a.Status != store.AllocComplete {
+						fmt.Fprintf(g.stdout, "    %s\n", a.StatusDesc)
+					}
+				},
+			})
+			if err != nil {
+				return err
+			}
+			tidyNetworks(ctx, g, m, job, rf)
+			if g.JSON {
+				if err := g.PrintJSON(sum); err != nil {
+					return err
+				}
+			} else {
+				printSummary(g, sum)
+			}
+			if !sum.OK() {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().IntVar(&maxRuns, "max-runs", 0, "stop a periodic job after N launches (0: no limit)")
+	cmd.Flags().DurationVar(&forDur, "for", 0, "stop launching and stop running tasks after this long (0: no limit)")
+	return cmd
+}
+
+func exitCodes(a *store.Allocation) string {
+	var c []string
+	for _, t := range a.Tasks {
+		c = append(c, fmt.Sprint(t.ExitCode))
+	}
+	return strings.Join(c, ",")
+}
+
+// tidyNetworks removes what the job's networks left by design (bridge,
+// shared chains) once berth has no attachment on them, so that a run
+// leaves the host as it found it.
+func tidyNetworks(ctx context.Context, g *Globals, m *attach.Manager, job *jobspec.Job, rf *RunnerFlags) {
+	ctx = context.WithoutCancel(ctx)
+	seen := map[string]bool{}
+	for _, gr := range job.Groups {
+		mode := gr.Network.Mode
+		if seen[mode] || mode == jobspec.NetworkHost || mode == "" {
+			continue
+		}
+		seen[mode] = true
+		var net *cni.Network
+		var err error
+		switch {
+		case mode == jobspec.NetworkBridge:
+			net, err = rf.bridge().ConfList()
+		case mode == jobspec.NetworkNone:
+			continue
+		default:
+			net, err = cni.LoadNetwork(ctx, g.CNIConfigDir, gr.Network.CNI)
+		}
+		if err == nil {
+			_, err = m.TidyNetwork(ctx, net)
+		}
+		if err != nil {
+			g.Logger().Warn("could not tidy network after the run", "mode", mode, "err", err)
+		}
+	}
+}
+
+func printSummary(g *Globals, s *runner.Summary) {
+	w := g.stdout
+	var st []string
+	for k, v := range s.ByStatus {
+		st = append(st, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(st)
+	fmt.Fprintf(w, "\nsummary of job %q: %d launch(es), %d skipped (prohibit_overlap), %.1f s\n", s.Job, s.Launches, s.Skipped, s.Duration)
+	fmt.Fprintf(w, "  allocations: %s\n", strings.Join(st, ", "))
+	fmt.Fprintf(w, "  network setup    p50 %.1f ms, p99 %.1f ms\n", s.SetupP50, s.SetupP99)
+	fmt.Fprintf(w, "  network teardown p50 %.1f ms, p99 %.1f ms\n", s.TeardownP50, s.TeardownP99)
+	fmt.Fprintf(w, "  teardown retries: %d\n", s.TeardownRetries)
+	if len(s.Holders) > 0 {
+		fmt.Fprintf(w, "  holders seen: %s\n", strings.Join(s.Holders, "; "))
+	}
+	if len(s.Leaks) == 0 {
+		fmt.Fprintf(w, "  leak check: nothing left (namespaces, attachments, CNI cache, leases, iptables rules, containers)\n")
+	} else {
+		fmt.Fprintf(w, "  LEAK CHECK FAILED: %d left:\n    %s\n", len(s.Leaks), strings.Join(s.Leaks, "\n    "))
+	}
+	for _, f := range s.Failed {
+		fmt.Fprintf(w, "  failed: %s\n", f)
+	}
+}

@@ -1,0 +1,389 @@
+// Package exec implements berth's raw_exec and exec drivers: a task is a
+// plain process started inside its group's network namespace, in a
+// process group of its own so that it can be stopped with everything it
+// forked. The exec driver also puts it in a cgroup of its own where the
+// host allows, which catches descendants that leave the process group.
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/store"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// NameRawExec and NameExec are the driver names used in job specs.
+	NameRawExec = "raw_exec"
+	NameExec    = "exec"
+
+	defaultCgroupRoot   = "/sys/fs/cgroup"
+	defaultCgroupParent = "berth"
+)
+
+// Options configures both drivers.
+type Options struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// CgroupRoot is where cgroup hierarchies are mounted (exec only);
+	// default /sys/fs/cgroup.
+	CgroupRoot string
+	// CgroupParent is the directory, in every hierarchy, holding the
+	// task cgroups (exec only); default "berth".
+	CgroupParent string
+}
+
+// Driver is the raw_exec or the exec driver.
+type Driver struct {
+	name         string
+	useCgroups   bool
+	log          *slog.Logger
+	cgroupRoot   string
+	cgroupParent string
+	// noCgroupOnce keeps "running without cgroups" to one log line per driver.
+	noCgroupOnce sync.Once
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// NewRawExec returns the raw_exec driver: process group and network
+// namespace, no cgroup.
+func NewRawExec(opts Options) *Driver { return newDriver(NameRawExec, false, opts) }
+
+// NewExec returns the exec driver: as raw_exec, plus a cgroup per task
+// where the host lets berth create one.
+func NewExec(opts Options) *Driver { return newDriver(NameExec, true, opts) }
+
+func newDriver(name string, cgroups bool, opts Options) *Driver {
+	d := &Driver{
+		name:         name,
+		useCgroups:   cgroups,
+		log:          opts.Logger,
+		cgroupRoot:   opts.CgroupRoot,
+		cgroupParent: opts.CgroupParent,
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	d.log = d.log.With("driver", name)
+	if d.cgroupRoot == "" {
+		d.cgroupRoot = defaultCgroupRoot
+	}
+	if d.cgroupParent == "" {
+		d.cgroupParent = defaultCgroupParent
+	}
+	return d
+}
+
+// Name is "raw_exec" or "exec".
+func (d *Driver) Name() string { return d.name }
+
+// ValidateConfig checks a task's config block. Every problem is reported
+// (errors.Join of *ConfigError), each naming its field; all match
+// ErrInvalidConfig.
+func (d *Driver) ValidateConfig(cfg map[string]any) error {
+	_, err := parseConfig(d.name, cfg)
+	return err
+}
+
+// Close is a no-op: the drivers hold nothing beyond their tasks.
+func (d *Driver) Close(context.Context) error { return nil }
+
+var unsafeCgroupChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+func cgroupName(allocID, task string) string {
+	return unsafeCgroupChars.ReplaceAllString(allocID+"-"+task, "_")
+}
+
+// Start starts the task and returns once the process runs (or failed to
+// exec). On error nothing is left: no process, no cgroup, no open fd.
+func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
+	if t == nil || t.TaskName == "" {
+		return nil, fmt.Errorf("%s: start: task has no name", d.name)
+	}
+	id := t.AllocID + "/" + t.TaskName
+	tc, err := parseConfig(d.name, t.Config)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: start task %s: %w", d.name, id, err)
+	}
+	env := buildEnv(t.Env)
+	pathEnv := defaultPath
+	if p, ok := t.Env["PATH"]; ok {
+		pathEnv = p
+	}
+	if tc.WorkDir != "" {
+		// Checked here because a failed chdir in the child is reported by
+		// os/exec as an error on the binary's path.
+		if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("not a directory")
+			}
+			return nil, fmt.Errorf("task %s: %s: config.work_dir %q: %w", id, d.name, tc.WorkDir, err)
+		}
+	}
+	bin, err := lookPath(d.name, tc.Command, pathEnv, tc.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", id, err)
+	}
+
+	stdout, stderr, err := openLogs(t.LogDir, t.TaskName)
+	if err != nil {
+		return nil, fmt.Errorf("%s: task %s: %w", d.name, id, err)
+	}
+	// The child gets its own copies of the log fds; ours must not outlive
+	// Start, success or not.
+	defer closeFiles(stdout, stderr)
+
+	var cg *cgroupSet
+	if d.useCgroups {
+		cg = d.makeCgroup(ctx, id, cgroupName(t.AllocID, t.TaskName))
+	}
+
+	newCmd := func(cgroupFD int) *osexec.Cmd {
+		c := &osexec.Cmd{
+			Path: bin,
+			Args: append([]string{tc.Command}, tc.Args...),
+			Env:  env,
+			Dir:  tc.WorkDir,
+			// Setpgid: the task and whatever it forks can be signalled as
+			// one group, without touching berth.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
+		if stdout != nil {
+			c.Stdout, c.Stderr = stdout, stderr
+		}
+		if cgroupFD >= 0 {
+			c.SysProcAttr.UseCgroupFD = true
+			c.SysProcAttr.CgroupFD = cgroupFD
+		}
+		return c
+	}
+
+	cmd, inUnified, err := d.start(t.NetnsPath, cg, newCmd)
+	if err != nil {
+		if cg != nil {
+			if rmErr := cg.remove(context.WithoutCancel(ctx)); rmErr != nil {
+				err = errors.Join(err, rmErr)
+			}
+		}
+		return nil, fmt.Errorf("%s: start task %s (%s): %w", d.name, id, bin, err)
+	}
+	startedAt := time.Now()
+	pid := cmd.Process.Pid
+
+	h := &handle{
+		drv:       d,
+		id:        id,
+		cmd:       cmd,
+		pid:       pid,
+		startedAt: startedAt,
+		cg:        cg,
+		done:      make(chan struct{}),
+	}
+	// The child is unreaped, so its PID cannot be reused: reading its
+	// start time now is race free.
+	h.startTime, err = proc.StartTime(pid)
+	if err == nil && cg != nil {
+		// v1 hierarchies cannot be joined at clone time; the window lets
+		// a very fast fork escape them, but not the cgroup2 one.
+		if jErr := cg.join(pid, inUnified); jErr != nil {
+			d.log.Warn("task not in all of its cgroups", "task", id, "pid", pid, "err", jErr)
+		}
+	}
+	go h.reap()
+	if err != nil {
+		dErr := h.Destroy(context.WithoutCancel(ctx))
+		return nil, errors.Join(fmt.Errorf("%s: task %s: pid %d: %w", d.name, id, pid, err), dErr)
+	}
+	d.log.Debug("task started", "task", id, "pid", pid, "netns", t.NetnsPath, "cgroup", h.cgroupPath())
+	return h, nil
+}
+
+// start runs cmd in netnsPath, directly in the cgroup2 cgroup of cg when
+// the kernel allows (so nothing it forks can escape it). inUnified reports
+// whether that happened.
+func (d *Driver) start(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int) *osexec.Cmd) (cmd *osexec.Cmd, inUnified bool, err error) {
+	fd, err := cg.openUnified()
+	if err != nil {
+		d.log.Warn("cannot open task cgroup, starting outside it", "err", err)
+	}
+	if fd >= 0 {
+		cmd = newCmd(fd)
+		err = startInNetns(netnsPath, cmd)
+		unix.Close(fd)
+		switch {
+		case err == nil:
+			return cmd, true, nil
+		case errors.Is(err, errNetnsRestore):
+			return nil, false, abandon(cmd, err)
+		case !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) &&
+			!errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EPERM):
+			return nil, false, err
+		}
+		// clone3 or CLONE_INTO_CGROUP refused: start normally, join after.
+		d.log.Debug("CLONE_INTO_CGROUP refused, joining the cgroup after start", "cgroup", cg.unified, "err", err)
+	}
+	cmd = newCmd(-1)
+	if err := startInNetns(netnsPath, cmd); err != nil {
+		if errors.Is(err, errNetnsRestore) {
+			return nil, false, abandon(cmd, err)
+		}
+		return nil, false, err
+	}
+	return cmd, false, nil
+}
+
+// abandon kills and reaps a child started on a thread that could not be
+// restored: such a start is treated as failed.
+func abandon(cmd *osexec.Cmd, err error) error {
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	return err
+}
+
+func (d *Driver) makeCgroup(ctx context.Context, id, name string) *cgroupSet {
+	h := detectHierarchies(d.cgroupRoot)
+	rel := filepath.Join(d.cgroupParent, name)
+	cg, err := createCgroups(ctx, h, rel)
+	if cg == nil {
+		d.noCgroupOnce.Do(func() {
+			d.log.Warn("cannot create task cgroups, running tasks without them", "root", d.cgroupRoot, "task", id, "err", err)
+		})
+		return nil
+	}
+	if err != nil {
+		d.log.Debug("task cgroup missing in some hierarchies", "task", id, "err", err)
+	}
+	return cg
+}
+
+func openLogs(dir, task string) (stdout, stderr *os.File, err error) {
+	if dir == "" {
+		// No log directory: output goes to /dev/null (os/exec's default).
+		return nil, nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create log dir %s: %w", dir, err)
+	}
+	open := func(name string) (*os.File, error) {
+		p := filepath.Join(dir, name)
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open log %s: %w", p, err)
+		}
+		return f, nil
+	}
+	if stdout, err = open(task + ".stdout"); err != nil {
+		return nil, nil, err
+	}
+	if stderr, err = open(task + ".stderr"); err != nil {
+		stdout.Close()
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Cleanup kills what is left of a task from its recorded handle, after the
+// berth that started it died:
+//   - the recorded process, only if it is alive with the recorded start time;
+//   - its process group: if the leader is ours, every member; if the leader
+//     is gone, members started no earlier than it (they can only be its
+//     descendants: the group ID stays reserved while a member exists); if
+//     the PID now names another process, nothing;
+//   - its cgroup (exec): everything in it, then the directories.
+//
+// Nothing left is nil. Cleanup waits until what it killed is gone or ctx ends.
+func (d *Driver) Cleanup(ctx context.Context, h store.TaskHandle) error {
+	if h.Driver != "" && h.Driver != d.name {
+		return fmt.Errorf("%s: cleanup of a %q task handle", d.name, h.Driver)
+	}
+	var errs []error
+	if h.PID > 0 {
+		if err := d.killGroup(ctx, h.PID, h.PIDStartTime); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.CgroupPath != "" {
+		cg, err := cgroupSetFromPath(detectHierarchies(d.cgroupRoot), d.cgroupParent, h.CgroupPath)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
+		} else if err := cg.remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killGroup SIGKILLs the recorded leader (if still the same process) and
+// the members of its process group, and waits until none is alive.
+func (d *Driver) killGroup(ctx context.Context, pid int, start uint64) error {
+	const poll = 5 * time.Millisecond
+	for {
+		st, err := proc.ReadStat(pid)
+		leaderOurs := err == nil && st.StartTime == start
+		if err == nil && !leaderOurs {
+			// The PID names another process now; so does its group ID.
+			d.log.Debug("recorded pid belongs to another process, not killing", "pid", pid, "start", start, "found_start", st.StartTime)
+			return nil
+		}
+		if leaderOurs && !st.Zombie() {
+			if err := proc.KillIfSame(pid, start, syscall.SIGKILL); err != nil &&
+				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
+				return fmt.Errorf("%s: cleanup pid %d: %w", d.name, pid, err)
+			}
+		}
+		if !leaderOurs || st.Zombie() {
+			// ESRCH proves that no process has this group ID, ours or not:
+			// nothing is left, and the /proc scan below can be skipped.
+			if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+		}
+		members, err := proc.GroupMembers(ctx, pid)
+		if err != nil {
+			return fmt.Errorf("%s: cleanup process group %d: %w", d.name, pid, err)
+		}
+		left := 0
+		for _, m := range members {
+			if m.StartTime < start {
+				continue // cannot descend from our task
+			}
+			left++
+			if err := proc.KillIfSame(m.PID, m.StartTime, syscall.SIGKILL); err != nil &&
+				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
+				return fmt.Errorf("%s: cleanup pid %d of process group %d: %w", d.name, m.PID, pid, err)
+			}
+		}
+		if left == 0 && (!leaderOurs || st.Zombie()) {
+			return nil
+		}
+		if err := sleepCtx(ctx, poll); err != nil {
+			return fmt.Errorf("%s: cleanup process group %d: %d processes left: %w", d.name, pid, left, err)
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package podman
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrServiceStart is returned when the podman service berth started does
+// not answer.
+var ErrServiceStart = errors.New("podman service did not start")
+
+const (
+	serviceStartTimeout = 20 * time.Second
+	serviceStopGrace    = 5 * time.Second
+)
+
+// rlimits are the task's open files and processes limits. podman's own
+// default (1048576) cannot be set by a root without CAP_SYS_RESOURCE whose
+// hard limit is lower, and runc then fails every container ("error setting
+// rlimit type 7"); so berth asks for what its own process may hand down.
+// NPROC above 32768 was refused on the reference machine even under a higher
+// hard limit, hence the cap.
+type rlimits struct{ nofile, nproc uint64 }
+
+func hostRlimits() rlimits {
+	r := rlimits{nofile: 4096, nproc: 4096}
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) == nil && l.Max > 0 {
+		r.nofile = min(l.Max, 1<<20)
+	}
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &l) == nil && l.Max > 0 {
+		r.nproc = min(l.Max, 32768)
+	}
+	return r
+}
+
+// containersConf is the configuration of the podman service berth starts.
+// Each line is something the stock configuration gets wrong on a host with
+// hybrid cgroups, no systemd as PID 1 and no CAP_SYS_RESOURCE:
+//   - crun refuses hybrid cgroups, runc works;
+//   - the systemd cgroup manager and journald event logger need systemd;
+//   - the default ulimits cannot be set (see rlimits).
+//
+// Storage (overlay, /var/lib/containers/storage) and tmp dir stay podman's
+// defaults so that images built with the podman CLI are visible to the
+// service and `podman ps` shows berth's containers.
+func containersConf(r rlimits) string {
+	return fmt.Sprintf(`# Written by berth for the podman service it starts; rewritten at every start.
+[containers]
+default_ulimits = ["nofile=%d:%d", "nproc=%d:%d"]
+log_driver = "k8s-file"
+log_size_max = -1
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+`, r.nofile, r.nofile, r.nproc, r.nproc)
+}
+
+// service is a `podman system service` berth started and must stop.
+type service struct {
+	cmd     *exec.Cmd
+	pidFile string
+	socket  string
+	logPath string
+	exited  chan struct{} // closed once cmd.Wait returned
+	log     *slog.Logger
+}
+
+// startService runs `podman system service` on socket with CONTAINERS_CONF
+// pointing at conf, and waits until it answers.
+func startService(ctx context.Context, podmanBin, socket, conf, stateDir string, log *slog.Logger) (*service, error) {
+	pidFile := filepath.Join(stateDir, "service.pid")
+	logPath := filepath.Join(stateDir, "service.log")
+
+	// A socket file nobody answers on is left from a service that died;
+	// podman would fail to bind it.
+	if fi, err := os.Lstat(socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if err := os.Remove(socket); err != nil {
+			return nil, fmt.Errorf("removing stale podman socket %s: %w", socket, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+		return nil, fmt.Errorf("creating podman socket dir for %s: %w", socket, err)
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("creating podman service log %s: %w", logPath, err)
+	}
+	defer logFile.Close() // the child has its own copy
+
+	// Not CommandContext: the service must outlive the ctx of New.
+	cmd := exec.Command(podmanBin, "system", "service", "--time=0", "unix://"+socket)
+	cmd.Env = append(withoutEnv(os.Environ(), "CONTAINERS_CONF"), "CONTAINERS_CONF="+conf)
+	// A file, not a pipe: a service that logs a lot must never block on
+	// a reader berth does not run.
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// Own process group, so that a terminal's Ctrl-C to berth does not kill
+	// the service before berth stopped its tasks.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting podman service on %s: %w", socket, err)
+	}
+	s := &service{cmd: cmd, pidFile: pidFile, socket: socket, logPath: logPath, exited: make(chan struct{}), log: log}
+	go func() {
+		_ = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("writing podman service PID file %s: %w", pidFile, err)
+	}
+
+	c := newClient(socket)
+	defer c.close()
+	wctx, cancel := context.WithTimeout(ctx, serviceStartTimeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pctx, pcancel := context.WithTimeout(wctx, time.Second)
+		err := c.ping(pctx)
+		pcancel()
+		if err == nil {
+			log.Info("started podman service", "socket", socket, "pid", cmd.Process.Pid, "containers_conf", conf)
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			_ = os.Remove(pidFile)
+			return nil, fmt.Errorf("%w: podman system service on %s exited (%s): %s",
+				ErrServiceStart, socket, cmd.ProcessState, tail(logPath))
+		case <-wctx.Done():
+			s.stop()
+			return nil, fmt.Errorf("%w: no answer on %s after %s: %v; podman said: %s",
+				ErrServiceStart, socket, serviceStartTimeout, err, tail(logPath))
+		case <-t.C:
+		}
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after a grace period, to the PID berth
+// started, and reaps it.
+func (s *service) stop() {
+	pid := s.cmd.Process.Pid
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(serviceStopGrace):
+		s.log.Warn("podman service ignored SIGTERM, killing it", "pid", pid, "socket", s.socket)
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	_ = os.Remove(s.pidFile)
+	// podman leaves its socket file behind.
+	_ = os.Remove(s.socket)
+	s.log.Info("stopped podman service", "socket", s.socket, "pid", pid)
+}
+
+// reapStaleService stops a service a previous berth started on the same
+// socket and did not stop because it died. Only a process whose command
+// line is that service is touched.
+func reapStaleService(pidFile, socket string, log *slog.Logger) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	defer os.Remove(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	p, err := openProc(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
+	if err != nil || p == nil {
+		return
+	}
+	defer p.close()
+	log.Warn("stopping podman service left by a previous berth", "pid", pid, "socket", socket)
+	_ = p.signal(unix.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*serviceStopGrace)
+	defer cancel()
+	if _, err := p.waitOrKill(ctx, serviceStopGrace); err != nil {
+		log.Error("stale podman service did not exit", "pid", pid, "err", err)
+	}
+}
+
+func isServiceOn(cmdline []byte, socket string) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if len(args) < 3 || !strings.HasSuffix(args[0], "podman") {
+		return false
+	}
+	s := strings.Join(args[1:], " ")
+	return strings.Contains(s, "system service") && contains(args, "unix://"+socket)
+}
+
+func withoutEnv(env []string, key string) []string {
+	out := env[:0:0]
+	for _, e := range env {
+		if !strings.HasPrefix(e, key+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// tail returns the end of a log file for an error message.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	if len(b) == 0 {
+		return "(no output)"
+	}
+	return string(b)
+}

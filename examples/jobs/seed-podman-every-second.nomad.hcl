@@ -1,0 +1,39 @@
+# The seed job with a 7-field cron (seconds first) that fires every second: for quick runs and tests.
+job "cni-debug" {
+  type        = "batch"
+  namespace   = "default"
+  datacenters = ["S10"]
+
+  periodic {
+    crons            = ["*/1 * * * * * *"]
+    prohibit_overlap = false
+  }
+
+  group "debug" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    count = 1
+
+    network {
+      mode = "cni/private"
+    }
+
+    task "sleep" {
+      driver = "podman"
+
+      config {
+        image   = "localhost/busybox:latest"
+        command = "/bin/sh"
+        args    = ["-c", "exit 0"]
+      }
+    }
+  }
+}

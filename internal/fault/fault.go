@@ -1,0 +1,38 @@
+// Package fault lets tests make berth die abruptly at a named point, to
+// prove that whatever berth leaves half-done is finished or undone by the
+// next berth process. It is driven by the environment variable
+// BERTH_FAULT=<point> and does nothing when it is unset.
+package fault
+
+import (
+	"os"
+	"syscall"
+)
+
+// Env is the variable that names the crash point.
+const Env = "BERTH_FAULT"
+
+// Named crash points.
+const (
+	AfterIntent      = "after-intent"       // attachment recorded, nothing created
+	AfterNetns       = "after-netns"        // namespace created, ADD not sent
+	MidChainPrefix   = "before-plugin-add:" // + plugin type: ADD of earlier plugins done
+	AfterAdd         = "after-add"          // ADD done, phase not yet ready
+	TaskRunning      = "task-running"       // a task of the allocation is running
+	AfterDel         = "after-del"          // DEL done, namespace still there
+	DuringRemove     = "during-remove"      // namespace unmounted, mount point not unlinked
+	BeforeAllocSetup = "before-alloc-setup" // allocation recorded, network not set up
+)
+
+// Point kills the process with SIGKILL if BERTH_FAULT names this point.
+// SIGKILL, not exit: no deferred cleanup may run, as after a real crash.
+func Point(name string) {
+	if v := os.Getenv(Env); v != "" && v == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is delivered asynchronously
+	}
+}
+
+// Active reports whether any crash point is armed (to skip work that only
+// fault injection needs, such as wrapping the plugin exec).
+func Active() bool { return os.Getenv(Env) != "" }

@@ -1,0 +1,148 @@
+package jobspec
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Each file in testdata/invalid must be rejected with ErrInvalidJob, with
+// its first diagnostic at pos and containing the substrings.
+func TestInvalidJobs(t *testing.T) {
+	tests := []struct {
+		file string
+		pos  string // line:col of the first diagnostic
+		want []string
+	}{
+		{"syntax_error", "2:18", []string{"Missing newline after argument"}},
+		{"missing_job_label", "1:1", []string{"missing its job ID label", `job "<job ID>"`}},
+		{"two_jobs", "12:1", []string{"duplicate job block", "first is at testdata/invalid/two_jobs.hcl:1:1"}},
+		{"no_group", "1:1", []string{`job "j" has no group`}},
+		{"no_task", "2:3", []string{`group "g" has no task`}},
+		{"unknown_block_job", "3:3", []string{`unknown block "update" in job "j"`, "valid blocks: constraint, group, meta, periodic"}},
+		{"unknown_attr_job", "3:3", []string{`unknown attribute "all_at_once" in job "j"`, "valid attributes: datacenters,"}},
+		{"unknown_attr_group", "4:5", []string{`unknown attribute "cont" in group "g"`, `did you mean "count"?`}},
+		{"unknown_attr_task", "6:7", []string{`unknown attribute "kill_signal" in task "t" in group "g"`, "driver, env, kill_timeout"}},
+		{"unknown_block_task", "6:7", []string{`unknown block "template" in task "t"`}},
+		{"unknown_attr_network", "6:7", []string{`unknown attribute "mbits" in network block in group "g"`, "valid attributes: hostname, mode"}},
+		{"unknown_attr_periodic", "5:5", []string{`unknown attribute "spec" in periodic block`, "cron, crons, enabled"}},
+		{"unknown_attr_restart", "6:7", []string{`unknown attribute "render_templates" in restart block`, "attempts, delay, interval, mode"}},
+		{"unknown_attr_constraint", "5:5", []string{`unknown attribute "version" in constraint`, "attribute, operator, value"}},
+		{"block_as_attribute", "4:5", []string{`"restart" in group "g" is a block, not an attribute`, "restart { ... }"}},
+		{"unknown_driver", "5:16", []string{`unknown driver "dockr"`, "known drivers: exec, podman, raw_exec"}},
+		{"missing_driver", "4:5", []string{`task "t" has no driver`, `add driver = "<name>"`, "known drivers: exec, podman, raw_exec"}},
+		{"missing_image", "6:7", []string{`invalid config for driver "podman" in task "t"`, "image is required"}},
+		{"unknown_network", "5:14", []string{`network mode "cni/nope"`, `no CNI network named "nope"`}},
+		{"bad_network_mode", "5:14", []string{`invalid network mode "bridged"`, `"host", "none", "bridge" or "cni/<network name>"`}},
+		{"duplicate_network", "7:5", []string{"duplicate network block in group", "first is at testdata/invalid/duplicate_network.hcl:4:5"}},
+		{"bad_cron", "4:31", []string{`invalid cron "every minute"`, "Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first)"}},
+		{"cron_too_many_fields", "4:12", []string{`invalid cron "0 0 * * * * * 2030": 8 fields`}},
+		{"bad_time_zone", "5:17", []string{`invalid time_zone "Mars/Olympus_Mons"`, "IANA zone name"}},
+		{"periodic_service", "3:3", []string{"periodic is only allowed in batch jobs", `set type = "batch"`}},
+		{"negative_count", "4:13", []string{"count must be >= 0, got -1", `group "g"`}},
+		{"number_out_of_range", "5:11", []string{"number 1e99999999 is out of range"}},
+		{"fractional_count", "4:13", []string{"must be a whole number, got 1.5"}},
+		{"priority_range", "3:14", []string{"priority must be <= 100, got 101"}},
+		{"bad_duration", "6:22", []string{`invalid duration "5 seconds" for kill_timeout`, `"30s", "5m" or "1h30m"`}},
+		{"duplicate_group", "11:9", []string{`duplicate group "g" in job "j"`, "first is at testdata/invalid/duplicate_group.hcl:3:3"}},
+		{"duplicate_task", "10:10", []string{`duplicate task "t" in group "g"`, "first is at testdata/invalid/duplicate_task.hcl:4:5"}},
+		{"constraint_unsatisfied", "3:3", []string{`not satisfied: "${attr.kernel.name}" = "windows"`, `this node has attr.kernel.name = "linux"`}},
+		{"constraint_missing_attr", "3:3", []string{"this node has no attr.unique.hostnam", "did you mean attr.unique.hostname?"}},
+		{"constraint_bad_regexp", "6:17", []string{`invalid regexp "lin(ux"`, "missing closing )"}},
+		{"sysbatch", "2:10", []string{`job type "sysbatch" is not supported by berth`, `use type = "batch"`}},
+		{"restart_mode", "6:18", []string{`invalid restart mode "retry"`, `"fail"`, `"delay"`}},
+		{"restart_zero_attempts_delay", "4:5", []string{`mode "delay" and 0 attempts is ambiguous`}},
+		{"port_bad_to", "7:14", []string{"to must be <= 65535, got 70000", `port "http"`}},
+		{"dns_not_ip", "7:19", []string{`dns server "one.one.one.one" is not an IP address`}},
+		{"env_bad_type", "6:13", []string{"env in task", "must be a map of strings, got tuple"}},
+		{"bare_reference", "4:17", []string{"bare reference attr.kernel.name", `write "${attr.kernel.name}"`}},
+		{"runtime_function", "7:19", []string{"uses NOMAD_JOB_NAME, which is only known at run time"}},
+	}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered[tt.file] = true
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "invalid", tt.file+".hcl")
+			job, err := ParseFile(path, testOptions())
+			if err == nil {
+				t.Fatalf("parsed without error: %+v", job)
+			}
+			if job != nil {
+				t.Errorf("returned a job with an error")
+			}
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Errorf("errors.Is(err, ErrInvalidJob) = false for %T: %v", err, err)
+			}
+			first := strings.SplitN(err.Error(), "\n", 2)[0]
+			if prefix := path + ":" + tt.pos + ": "; !strings.HasPrefix(first, prefix) {
+				t.Errorf("first error %q does not start with %q", first, prefix)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(first, s) {
+					t.Errorf("first error %q lacks %q", first, s)
+				}
+			}
+		})
+	}
+	// Every bad file is in the table, so none is silently unchecked.
+	files, err := filepath.Glob("testdata/invalid/*.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if name := strings.TrimSuffix(filepath.Base(f), ".hcl"); !covered[name] {
+			t.Errorf("%s has no entry in the table", f)
+		}
+	}
+}
+
+// FuzzParse checks that no input panics, that errors are always positioned
+// Diagnostics matching ErrInvalidJob, and that accepted jobs marshal and can
+// compute their next launch.
+func FuzzParse(f *testing.F) {
+	for _, pattern := range []string{"testdata/*.hcl", "testdata/invalid/*.hcl"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range files {
+			src, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(src)
+		}
+	}
+	opts := testOptions()
+	f.Fuzz(func(t *testing.T, src []byte) {
+		job, err := Parse(src, "fuzz.hcl", opts)
+		if err != nil {
+			if job != nil {
+				t.Fatal("job and error both returned")
+			}
+			var diags Diagnostics
+			if !errors.As(err, &diags) || len(diags) == 0 || !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("error is not non-empty Diagnostics: %T %v", err, err)
+			}
+			for _, d := range diags {
+				if d.File != "fuzz.hcl" || d.Line < 1 || d.Column < 1 || d.Summary == "" {
+					t.Fatalf("badly positioned diagnostic: %+v", d)
+				}
+			}
+			return
+		}
+		if job == nil || len(job.Groups) == 0 {
+			t.Fatal("no error and no usable job")
+		}
+		if _, err := json.Marshal(job); err != nil {
+			t.Fatalf("marshal accepted job: %v", err)
+		}
+		if job.Periodic != nil {
+			job.Periodic.NextN(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), 3)
+		}
+	})
+}

@@ -1,0 +1,12 @@
+job "j" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "podman"
+      env = ["A=1"]
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

@@ -1,0 +1,12 @@
+job "j" {
+  type = "batch"
+  group "g" {
+    count = 1.5
+    task "t" {
+      driver = "podman"
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

@@ -1,0 +1,10 @@
+job "j" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

@@ -1,0 +1,3 @@
+job "j" {
+  type = "batch"
+}

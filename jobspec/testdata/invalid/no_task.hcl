@@ -1,0 +1,5 @@
+job "j" {
+  group "g" {
+    count = 1
+  }
+}

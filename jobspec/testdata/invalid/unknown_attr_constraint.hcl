@@ -1,0 +1,15 @@
+job "j" {
+  type = "batch"
+  constraint {
+    attribute = "${attr.kernel.name}"
+    version   = ">= 5.0"
+  }
+  group "g" {
+    task "t" {
+      driver = "podman"
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

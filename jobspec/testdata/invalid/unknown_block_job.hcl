@@ -1,0 +1,14 @@
+job "j" {
+  type = "batch"
+  update {
+    max_parallel = 1
+  }
+  group "g" {
+    task "t" {
+      driver = "podman"
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

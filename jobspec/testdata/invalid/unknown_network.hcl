@@ -1,0 +1,14 @@
+job "j" {
+  type = "batch"
+  group "g" {
+    network {
+      mode = "cni/nope"
+    }
+    task "t" {
+      driver = "podman"
+      config {
+        image = "busybox:latest"
+      }
+    }
+  }
+}

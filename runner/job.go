@@ -1,0 +1,249 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/store"
+)
+
+// RunOptions bound a foreground run of a job.
+type RunOptions struct {
+	// MaxRuns stops a periodic job after that many launches (0: no limit).
+	MaxRuns int
+	// For stops launching after this long and stops what still runs
+	// (0: no limit; a batch job ends when its allocations do).
+	For time.Duration
+	// OnAlloc is called with each allocation as it finishes.
+	OnAlloc func(*store.Allocation)
+	// Now and After let tests drive the periodic clock.
+	Now func() time.Time
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Job         string                    `json:"job"`
+	Launches    int                       `json:"launches"`
+	Skipped     int                       `json:"skipped_overlapping"`
+	ByStatus    map[store.AllocStatus]int `json:"allocations_by_status"`
+	SetupP50    float64                   `json:"network_setup_ms_p50"`
+	SetupP99    float64                   `json:"network_setup_ms_p99"`
+	TeardownP50 float64                   `json:"network_teardown_ms_p50"`
+	TeardownP99 float64                   `json:"network_teardown_ms_p99"`
+	// TeardownRetries counts removals that found the namespace busy or
+	// had to retry; Holders are who held it.
+	TeardownRetries int      `json:"teardown_retries"`
+	Holders         []string `json:"holders,omitempty"`
+	Leaks           []string `json:"leaks"`
+	Duration        float64  `json:"duration_s"`
+	Failed          []string `json:"failed_allocations,omitempty"`
+}
+
+// OK reports whether every allocation succeeded and nothing leaked.
+func (s *Summary) OK() bool {
+	for st, n := range s.ByStatus {
+		if st != store.AllocComplete && n > 0 {
+			return false
+		}
+	}
+	return len(s.Leaks) == 0
+}
+
+// RunJob runs job in the foreground: a batch or service job once (count
+// allocations per group), a periodic job at each launch time. It returns
+// when everything launched has finished; ending ctx stops launching,
+// stops running tasks and tears their networks down first.
+func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*Summary, error) {
+	start := time.Now()
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.For > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.For)
+		defer cancel()
+	}
+	var (
+		mu     sync.Mutex
+		allocs []*store.Allocation
+		wg     sync.WaitGroup
+	)
+	sum := &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}
+	launch := func() *sync.WaitGroup {
+		var lw sync.WaitGroup
+		for _, g := range job.Groups {
+			for i := 0; i < g.Count; i++ {
+				wg.Add(1)
+				lw.Add(1)
+				go func() {
+					defer wg.Done()
+					defer lw.Done()
+					a := r.RunAlloc(ctx, job, g, i)
+					mu.Lock()
+					allocs = append(allocs, a)
+					mu.Unlock()
+					if o.OnAlloc != nil {
+						o.OnAlloc(a)
+					}
+				}()
+			}
+		}
+		sum.Launches++
+		return &lw
+	}
+
+	if job.Periodic == nil || !job.Periodic.Enabled {
+		launch().Wait()
+	} else {
+		var last *sync.WaitGroup
+		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
+			next := job.Periodic.Next(o.Now())
+			if next.IsZero() {
+				break
+			}
+			if !sleep(ctx, time.Until(next)) {
+				break
+			}
+			if job.Periodic.ProhibitOverlap && last != nil && !done(last) {
+				r.log.Info("periodic launch skipped: the previous one still runs (prohibit_overlap)", "job", job.ID, "at", next)
+				sum.Skipped++
+				continue
+			}
+			last = launch()
+		}
+		wg.Wait()
+	}
+	wg.Wait()
+
+	var setup, teardown []float64
+	for _, a := range allocs {
+		sum.ByStatus[a.Status]++
+		if a.Status != store.AllocComplete {
+			sum.Failed = append(sum.Failed, a.ID+": "+a.StatusDesc)
+		}
+		if a.Network != nil && a.Network.NetnsPath != "" {
+			setup = append(setup, a.TimingsMS["netns"]+a.TimingsMS["add"])
+			teardown = append(teardown, a.TimingsMS["del"]+a.TimingsMS["remove"])
+		}
+		sum.TeardownRetries += a.TeardownRetries
+		sum.Holders = append(sum.Holders, a.Holders...)
+	}
+	sum.SetupP50, sum.SetupP99 = percentile(setup, 50), percentile(setup, 99)
+	sum.TeardownP50, sum.TeardownP99 = percentile(teardown, 50), percentile(teardown, 99)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	sum.Leaks = r.LeakCheck(lctx, allocs)
+	sum.Duration = time.Since(start).Seconds()
+	return sum, nil
+}
+
+func done(wg *sync.WaitGroup) bool {
+	c := make(chan struct{})
+	go func() { wg.Wait(); close(c) }()
+	select {
+	case <-c:
+		return true
+	case <-time.After(time.Millisecond):
+		return false
+	}
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	// Nearest rank: the smallest value with at least p% of values at or below it.
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	return s[i]
+}
+
+// LeakCheck looks for anything the given allocations left on the host:
+// their namespaces, attachment records, libcni cache entries, host-local
+// leases, iptables rules and containers. It returns one line per leak.
+func (r *Runner) LeakCheck(ctx context.Context, allocs []*store.Allocation) []string {
+	leaks := []string{}
+	ids := map[string]bool{}
+	for _, a := range allocs {
+		ids[a.ID] = true
+		if a.Network != nil && a.Network.NetnsPath != "" {
+			if _, err := os.Lstat(a.Network.NetnsPath); err == nil {
+				leaks = append(leaks, "netns "+a.Network.NetnsPath)
+			}
+		}
+		if _, err := r.o.Store.GetAttachment(ctx, a.ID); err == nil {
+			leaks = append(leaks, "pending teardown of "+a.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return leaks
+	}
+	cacheDir := filepath.Join(r.o.Attach.CNI().CacheDir(), "results")
+	if des, err := os.ReadDir(cacheDir); err == nil {
+		for _, de := range des {
+			for id := range ids {
+				if strings.Contains(de.Name(), id) {
+					leaks = append(leaks, "CNI cache entry "+de.Name())
+				}
+			}
+		}
+	}
+	if leases, err := filepath.Glob("/var/lib/cni/networks/*/*"); err == nil {
+		for _, l := range leases {
+			b := filepath.Base(l)
+			if b == "lock" || strings.HasPrefix(b, "last_reserved_ip") {
+				continue
+			}
+			content, _ := os.ReadFile(l)
+			id, _, _ := strings.Cut(string(content), "\n")
+			if ids[strings.TrimSpace(id)] {
+				leaks = append(leaks, "lease "+l)
+			}
+		}
+	}
+	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := exec.CommandContext(ctx, tool).Output()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			i := strings.Index(line, `id: \"`)
+			if i < 0 {
+				continue
+			}
+			rest := line[i+len(`id: \"`):]
+			id, _, _ := strings.Cut(rest, `\"`)
+			if ids[id] {
+				leaks = append(leaks, fmt.Sprintf("%s rule %s", tool, line))
+			}
+		}
+	}
+	for name, drv := range r.o.Drivers.Made() {
+		lister, ok := drv.(interface {
+			ListByLabel(ctx context.Context, key, value string) ([]string, error)
+		})
+		if !ok {
+			continue
+		}
+		for id := range ids {
+			if c, err := lister.ListByLabel(ctx, "berth.alloc_id", id); err == nil && len(c) > 0 {
+				leaks = append(leaks, fmt.Sprintf("%s container(s) %s of %s", name, strings.Join(c, ","), id))
+			}
+		}
+	}
+	sort.Strings(leaks)
+	return leaks
+}

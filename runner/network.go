@@ -1,0 +1,149 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/jobspec"
+)
+
+// BridgeConfig describes the network berth generates for `mode = "bridge"`,
+// as Nomad's bridge mode does: loopback, bridge with host-local IPAM,
+// firewall and portmap.
+type BridgeConfig struct {
+	// Network is the CNI network name (default "berth").
+	Network string
+	// Bridge is the bridge interface (default "berth0").
+	Bridge string
+	// Subnet is the IPv4 subnet handed out (default 10.199.1.0/24).
+	Subnet string
+}
+
+// DefaultBridge is berth's bridge network.
+func DefaultBridge() BridgeConfig {
+	return BridgeConfig{Network: "berth", Bridge: "berth0", Subnet: "10.199.1.0/24"}
+}
+
+func (b BridgeConfig) withDefaults() BridgeConfig {
+	d := DefaultBridge()
+	if b.Network == "" {
+		b.Network = d.Network
+	}
+	if b.Bridge == "" {
+		b.Bridge = d.Bridge
+	}
+	if b.Subnet == "" {
+		b.Subnet = d.Subnet
+	}
+	return b
+}
+
+// ConfList builds the configuration list.
+func (b BridgeConfig) ConfList() (*cni.Network, error) {
+	b = b.withDefaults()
+	if _, _, err := net.ParseCIDR(b.Subnet); err != nil {
+		return nil, fmt.Errorf("bridge network subnet %q: %w", b.Subnet, err)
+	}
+	if len(b.Bridge) > 15 {
+		return nil, fmt.Errorf("bridge name %q is longer than 15 characters (a Linux interface name)", b.Bridge)
+	}
+	conf := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       b.Network,
+		"plugins": []map[string]any{
+			{
+				"type": "bridge", "bridge": b.Bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]any{{{"subnet": b.Subnet}}},
+					"routes": []map[string]any{{"dst": "0.0.0.0/0"}},
+				},
+			},
+			{"type": "firewall", "backend": "iptables"},
+			{"type": "portmap", "capabilities": map[string]any{"portMappings": true}, "snat": true},
+			{"type": "loopback"},
+		},
+	}
+	raw, err := json.Marshal(conf)
+	if err != nil {
+		return nil, err
+	}
+	return cni.ParseNetwork(raw, "berth bridge network")
+}
+
+// noneNetwork gives `mode = "none"` a namespace with only loopback up, as
+// Nomad does.
+func noneNetwork() (*cni.Network, error) {
+	return cni.ParseNetwork([]byte(`{"cniVersion":"1.1.0","name":"berth-none","plugins":[{"type":"loopback"}]}`), "berth none network")
+}
+
+// portPlan is a group's ports resolved to host and container ports.
+type portPlan struct {
+	Label         string
+	HostPort      int
+	ContainerPort int
+}
+
+// planPorts picks host ports (static, or a free dynamic one) and the port
+// inside the namespace (`to`, or the host port).
+func planPorts(ports []jobspec.Port, mode string) ([]portPlan, error) {
+	var out []portPlan
+	for _, p := range ports {
+		pp := portPlan{Label: p.Label, HostPort: p.Static}
+		if pp.HostPort == 0 {
+			hp, err := freePort()
+			if err != nil {
+				return nil, fmt.Errorf("port %q: no free dynamic port: %w", p.Label, err)
+			}
+			pp.HostPort = hp
+		}
+		pp.ContainerPort = p.To
+		if p.To <= 0 || mode == jobspec.NetworkHost {
+			pp.ContainerPort = pp.HostPort
+		}
+		out = append(out, pp)
+	}
+	return out, nil
+}
+
+// freePort finds a port in Nomad's dynamic range that nothing listens on.
+func freePort() (int, error) {
+	for i := 0; i < 100; i++ {
+		p := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("100 random ports in 20000-32000 were busy")
+}
+
+func portMappings(plan []portPlan) []map[string]any {
+	var out []map[string]any
+	for _, p := range plan {
+		for _, proto := range []string{"tcp", "udp"} {
+			out = append(out, map[string]any{"hostPort": p.HostPort, "containerPort": p.ContainerPort, "protocol": proto})
+		}
+	}
+	return out
+}
+
+// networkName is what a group's network mode attaches to, or "" for host.
+func networkName(mode string, bridge BridgeConfig) string {
+	switch {
+	case mode == jobspec.NetworkBridge:
+		return bridge.withDefaults().Network
+	case mode == jobspec.NetworkNone:
+		return "berth-none"
+	case strings.HasPrefix(mode, jobspec.NetworkCNIPrefix):
+		return strings.TrimPrefix(mode, jobspec.NetworkCNIPrefix)
+	}
+	return ""
+}

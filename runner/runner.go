@@ -1,0 +1,608 @@
+// Package runner runs allocations of Nomad-style jobs on this machine in
+// Nomad's order: network set up before any task starts; all tasks of the
+// group run and exit; each driver lets go of everything it held; the
+// network is torn down. A failure in any step is recorded on the
+// allocation and never leaves the network behind.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/store"
+)
+
+// Metrics receives allocation outcomes and phase durations; nil means none.
+type Metrics interface {
+	AllocPhase(phase string, d time.Duration)
+	AllocDone(status string)
+}
+
+// Options configure a Runner.
+type Options struct {
+	Attach  *attach.Manager
+	Store   *store.Store
+	Drivers *Drivers
+	// AllocDir holds one directory per allocation with its task logs.
+	AllocDir string
+	Bridge   BridgeConfig
+	Node     jobspec.NodeAttrs
+	Logger   *slog.Logger
+	Metrics  Metrics
+	// OwnerPID and OwnerStartTime mark the allocations this process owns,
+	// so that the next berth can tell they were orphaned by a crash.
+	OwnerPID       int
+	OwnerStartTime uint64
+	// KeepAllocDirs is how many finished allocation directories are kept
+	// per job (older ones are deleted); 0 means 50.
+	KeepAllocDirs int
+}
+
+// Runner runs allocations.
+type Runner struct {
+	o   Options
+	log *slog.Logger
+
+	dirsMu sync.Mutex
+	dirs   map[string][]string // job -> finished alloc dirs, oldest first
+}
+
+// New returns a Runner.
+func New(o Options) *Runner {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.KeepAllocDirs <= 0 {
+		o.KeepAllocDirs = 50
+	}
+	o.Bridge = o.Bridge.withDefaults()
+	return &Runner{o: o, log: o.Logger, dirs: map[string][]string{}}
+}
+
+// NewAllocID returns a random UUID, the form Nomad's allocation IDs take.
+func NewAllocID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// allocRun is one allocation in flight.
+type allocRun struct {
+	r     *Runner
+	job   *jobspec.Job
+	group *jobspec.Group
+	index int
+	alloc *store.Allocation
+	log   *slog.Logger
+	dir   string
+	ports []portPlan
+	ip    string
+
+	mu sync.Mutex // guards alloc
+}
+
+// RunAlloc runs one allocation of group to its end and returns its final
+// record. It returns early only when ctx ends; the tasks are then stopped
+// and the network torn down before it returns.
+func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int) *store.Allocation {
+	id := NewAllocID()
+	now := time.Now()
+	a := &allocRun{r: r, job: job, group: group, index: index}
+	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
+	a.dir = filepath.Join(r.o.AllocDir, id)
+	a.alloc = &store.Allocation{
+		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
+		Status: store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
+		CreatedAt: now, TimingsMS: map[string]float64{},
+	}
+	for _, t := range group.Tasks {
+		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
+	}
+	a.event("Received", "allocation created")
+	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
+		a.alloc.Status = store.AllocFailed
+		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
+		return a.alloc
+	}
+	fault.Point(fault.BeforeAllocSetup)
+	a.run(ctx)
+	return a.snapshot()
+}
+
+func (a *allocRun) event(typ, msg string) {
+	a.alloc.Events = append(a.alloc.Events, store.Event{Time: time.Now(), Type: typ, Message: msg})
+}
+
+func (a *allocRun) snapshot() *store.Allocation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := *a.alloc
+	c.Tasks = append([]store.TaskState(nil), a.alloc.Tasks...)
+	c.Events = append([]store.Event(nil), a.alloc.Events...)
+	c.TimingsMS = make(map[string]float64, len(a.alloc.TimingsMS))
+	for k, v := range a.alloc.TimingsMS {
+		c.TimingsMS[k] = v
+	}
+	return &c
+}
+
+// save writes the allocation; a failure is logged, not fatal: the
+// attachment record, not the allocation record, is what guarantees the
+// network is cleaned up.
+func (a *allocRun) save(ctx context.Context) {
+	snap := a.snapshot()
+	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
+		a.log.Error("could not record allocation", "err", err)
+	}
+}
+
+func (a *allocRun) timing(phase string, d time.Duration) {
+	a.mu.Lock()
+	a.alloc.TimingsMS[phase] += float64(d.Microseconds()) / 1000
+	a.mu.Unlock()
+	if m := a.r.o.Metrics; m != nil {
+		m.AllocPhase(phase, d)
+	}
+}
+
+func (a *allocRun) run(ctx context.Context) {
+	start := time.Now()
+	mode := a.group.Network.Mode
+	netName := networkName(mode, a.r.o.Bridge)
+	netns := ""
+	if err := os.MkdirAll(a.dir, 0o750); err != nil {
+		a.finish(ctx, fmt.Errorf("create alloc dir %s: %w", a.dir, err), false)
+		return
+	}
+
+	if netName != "" {
+		st, err := a.setupNetwork(ctx, netName)
+		if err != nil {
+			// Setup undoes itself; the teardown finishes whatever it
+			// could not (it is idempotent).
+			a.finish(ctx, err, true)
+			return
+		}
+		netns = st.NetnsPath
+		if len(st.IPv4) > 0 {
+			a.ip, _, _ = strings.Cut(st.IPv4[0], "/")
+		}
+	} else {
+		a.alloc.Network = &store.NetworkStatus{Mode: mode}
+		var err error
+		if a.ports, err = planPorts(a.group.Network.Ports, mode); err != nil {
+			a.finish(ctx, err, false)
+			return
+		}
+		a.ip = "127.0.0.1"
+	}
+	a.mu.Lock()
+	a.alloc.Status = store.AllocRunning
+	a.mu.Unlock()
+	a.save(ctx)
+
+	taskStart := time.Now()
+	err := a.runTasks(ctx, netns)
+	a.timing("task", time.Since(taskStart))
+	a.r.log.Debug("alloc tasks done", "alloc_id", a.alloc.ID, "ms", time.Since(start).Milliseconds())
+	a.finish(ctx, err, netName != "")
+}
+
+func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.Status, error) {
+	g := a.group
+	var err error
+	if a.ports, err = planPorts(g.Network.Ports, g.Network.Mode); err != nil {
+		return nil, err
+	}
+	req := attach.Request{
+		ID:      a.alloc.ID,
+		AllocID: a.alloc.ID,
+		Args: map[string]string{
+			"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
+			// Plugins written for Nomad read these.
+			"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
+			"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
+		},
+		CapabilityArgs: map[string]any{},
+	}
+	for k, v := range g.Network.CNIArgs {
+		req.Args[k] = v
+	}
+	if pm := portMappings(a.ports); len(pm) > 0 {
+		req.CapabilityArgs["portMappings"] = pm
+	}
+	if d := g.Network.DNS; d != nil {
+		req.CapabilityArgs["dns"] = map[string]any{"servers": d.Servers, "searches": d.Searches, "options": d.Options}
+	}
+	switch g.Network.Mode {
+	case jobspec.NetworkBridge:
+		if req.Config, err = a.r.o.Bridge.ConfList(); err != nil {
+			return nil, err
+		}
+	case jobspec.NetworkNone:
+		if req.Config, err = noneNetwork(); err != nil {
+			return nil, err
+		}
+	default:
+		req.Network = netName
+	}
+	st, err := a.r.o.Attach.Setup(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("network setup: %w", err)
+	}
+	for k, v := range st.Timings {
+		switch k {
+		case "add", "netns":
+			a.timing(k, time.Duration(v*float64(time.Millisecond)))
+		default:
+			a.timing("berth", time.Duration(v*float64(time.Millisecond)))
+		}
+	}
+	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
+	if g.Network.DNS != nil {
+		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
+	} else if len(st.DNS.Nameservers) > 0 {
+		ns.DNS = &store.DNS{Servers: st.DNS.Nameservers, Searches: st.DNS.Search, Options: st.DNS.Options}
+	}
+	a.mu.Lock()
+	a.alloc.Network = ns
+	a.event("Network", fmt.Sprintf("namespace %s on network %s, %s", st.NetnsPath, st.Network, strings.Join(st.IPv4, ",")))
+	a.mu.Unlock()
+	return st, nil
+}
+
+// finish tears the network down and records the outcome.
+func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
+	// Teardown must happen even when the run was cancelled.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	var tdErr error
+	if hasNetwork {
+		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
+		tdErr = err
+		if rep != nil {
+			for k, v := range rep.Timings {
+				switch k {
+				case "del", "remove":
+					a.timing(k, time.Duration(v*float64(time.Millisecond)))
+				default:
+					a.timing("berth", time.Duration(v*float64(time.Millisecond)))
+				}
+			}
+			a.mu.Lock()
+			a.alloc.TeardownRetries += rep.Retries
+			if rep.Busy {
+				a.alloc.TeardownRetries++
+			}
+			a.alloc.Holders = append(a.alloc.Holders, rep.Holders...)
+			a.mu.Unlock()
+		}
+	}
+	a.mu.Lock()
+	failed := runErr != nil || tdErr != nil
+	for _, t := range a.alloc.Tasks {
+		if t.Failed {
+			failed = true
+		}
+	}
+	a.alloc.Status = store.AllocComplete
+	if failed {
+		a.alloc.Status = store.AllocFailed
+	}
+	var msgs []string
+	if runErr != nil {
+		msgs = append(msgs, runErr.Error())
+		a.event("Failed", runErr.Error())
+	}
+	if tdErr != nil {
+		msgs = append(msgs, "network teardown failed (berth gc retries it): "+tdErr.Error())
+		a.event("Teardown failed", tdErr.Error())
+	} else {
+		a.event("Network removed", "namespace and CNI attachment removed")
+	}
+	a.alloc.StatusDesc = strings.Join(msgs, "; ")
+	a.mu.Unlock()
+	a.save(ctx)
+	if m := a.r.o.Metrics; m != nil {
+		m.AllocDone(string(a.alloc.Status))
+	}
+	a.r.retireDir(a.job.ID, a.dir)
+	lvl := slog.LevelDebug
+	if failed {
+		lvl = slog.LevelWarn
+	}
+	a.log.Log(ctx, lvl, "allocation finished", "status", a.alloc.Status, "desc", a.alloc.StatusDesc)
+}
+
+// retireDir keeps the newest KeepAllocDirs finished alloc dirs of a job.
+func (r *Runner) retireDir(job, dir string) {
+	r.dirsMu.Lock()
+	l := append(r.dirs[job], dir)
+	var drop []string
+	if len(l) > r.o.KeepAllocDirs {
+		drop = append(drop, l[:len(l)-r.o.KeepAllocDirs]...)
+		l = append([]string(nil), l[len(l)-r.o.KeepAllocDirs:]...)
+	}
+	r.dirs[job] = l
+	r.dirsMu.Unlock()
+	for _, d := range drop {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// env builds the task's environment: its env block (interpolated) and the
+// NOMAD_* variables existing job files rely on.
+func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]string) {
+	j, g := a.job, a.group
+	vars = map[string]string{
+		"NOMAD_ALLOC_ID":       a.alloc.ID,
+		"NOMAD_SHORT_ALLOC_ID": a.alloc.ID[:8],
+		"NOMAD_ALLOC_NAME":     fmt.Sprintf("%s.%s[%d]", j.ID, g.Name, a.index),
+		"NOMAD_ALLOC_INDEX":    strconv.Itoa(a.index),
+		"NOMAD_ALLOC_DIR":      a.dir,
+		"NOMAD_TASK_DIR":       a.dir,
+		"NOMAD_JOB_ID":         j.ID,
+		"NOMAD_JOB_NAME":       j.ID,
+		"NOMAD_GROUP_NAME":     g.Name,
+		"NOMAD_TASK_NAME":      t.Name,
+		"NOMAD_NAMESPACE":      j.Namespace,
+		"NOMAD_REGION":         j.Region,
+		"NOMAD_DC":             a.r.o.Node["node.datacenter"],
+	}
+	for _, p := range a.ports {
+		l := p.Label
+		vars["NOMAD_IP_"+l] = a.ip
+		vars["NOMAD_ALLOC_IP_"+l] = a.ip
+		vars["NOMAD_PORT_"+l] = strconv.Itoa(p.ContainerPort)
+		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(p.ContainerPort)
+		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(p.HostPort)
+		vars["NOMAD_HOST_IP_"+l] = "127.0.0.1"
+		vars["NOMAD_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
+		vars["NOMAD_ALLOC_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
+		vars["NOMAD_HOST_ADDR_"+l] = "127.0.0.1:" + strconv.Itoa(p.HostPort)
+	}
+	for k, v := range j.Meta {
+		vars["NOMAD_META_"+k] = v
+		vars["meta."+k] = v
+	}
+	for k, v := range g.Meta {
+		vars["NOMAD_META_"+k] = v
+		vars["meta."+k] = v
+	}
+	for k, v := range t.Meta {
+		vars["NOMAD_META_"+k] = v
+		vars["meta."+k] = v
+	}
+	env = map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for k, v := range vars {
+		if strings.HasPrefix(k, "NOMAD_") {
+			env[k] = v
+		}
+	}
+	for k, v := range a.r.o.Node {
+		vars[k] = v
+	}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars["env."+k] = v
+		}
+	}
+	for k, v := range t.Env {
+		env[k] = jobspec.Interpolate(v, vars)
+	}
+	return vars, env
+}
+
+// interpolateConfig substitutes runtime variables in every string of a
+// driver config.
+func interpolateConfig(v any, vars map[string]string) any {
+	switch x := v.(type) {
+	case string:
+		return jobspec.Interpolate(x, vars)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = interpolateConfig(e, vars)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = interpolateConfig(e, vars)
+		}
+		return out
+	}
+	return v
+}
+
+// runTasks runs every task of the group, each with its restart policy,
+// until all have exited for good. When one fails for good the others are
+// stopped, as in Nomad.
+func (a *allocRun) runTasks(ctx context.Context, netns string) error {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(a.group.Tasks))
+	for i, t := range a.group.Tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = a.runTask(gctx, i, t, netns)
+			a.mu.Lock()
+			failed := a.alloc.Tasks[i].Failed
+			a.mu.Unlock()
+			if failed || t.Leader {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		// Stopped by the operator (Ctrl-C, job stop, end of --for): as in
+		// Nomad, a stopped allocation is complete, not failed.
+		a.event2("Killed", "allocation stopped")
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// runTask runs one task with its restart policy. It returns an error only
+// for failures of berth or the driver, not for a task exiting non-zero
+// (that is recorded on the task state).
+func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns string) error {
+	drv, err := a.r.o.Drivers.Get(ctx, t.Driver)
+	if err != nil {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return fmt.Errorf("task %q: %w", t.Name, err)
+	}
+	vars, env := a.env(t)
+	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
+	dt := &driver.Task{
+		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
+		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, KillTimeout: t.KillTimeout,
+		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+	}
+	pol := t.Restart
+	var restarts []time.Time
+	for attempt := 0; ; attempt++ {
+		res, err := a.runOnce(ctx, i, drv, dt)
+		if ctx.Err() != nil {
+			// Killed because the allocation was stopped, not failed.
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+			return err
+		}
+		if err != nil {
+			// The driver could not start it: counts as a failure for the
+			// restart policy too.
+			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
+		}
+		success := err == nil && res.Successful()
+		if success && a.job.Type == jobspec.TypeBatch {
+			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			return nil
+		}
+		// Restart policy: attempts within interval.
+		now := time.Now()
+		kept := restarts[:0]
+		for _, r := range restarts {
+			if now.Sub(r) < pol.Interval {
+				kept = append(kept, r)
+			}
+		}
+		restarts = kept
+		if len(restarts) >= pol.Attempts {
+			if pol.Mode == jobspec.RestartDelay && len(restarts) > 0 {
+				wait := pol.Interval - now.Sub(restarts[0])
+				a.event2("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(restarts), pol.Interval, wait.Round(time.Second)))
+				if !sleep(ctx, wait) {
+					a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+					return nil
+				}
+				restarts = nil
+			} else {
+				a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+				a.event2("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
+				if err != nil {
+					return fmt.Errorf("task %q: %w", t.Name, err)
+				}
+				return nil
+			}
+		}
+		restarts = append(restarts, time.Now())
+		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+		a.event2("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
+		if !sleep(ctx, pol.Delay) {
+			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			return nil
+		}
+	}
+}
+
+func (a *allocRun) event2(typ, msg string) {
+	a.mu.Lock()
+	a.event(typ, msg)
+	a.mu.Unlock()
+}
+
+func (a *allocRun) setTask(i int, fn func(*store.TaskState)) {
+	a.mu.Lock()
+	fn(&a.alloc.Tasks[i])
+	a.mu.Unlock()
+}
+
+// runOnce starts the task, waits for it (stopping it when ctx ends) and
+// destroys it: when it returns, the driver holds nothing of the namespace.
+func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *driver.Task) (*driver.ExitResult, error) {
+	start := time.Now()
+	h, err := drv.Start(ctx, dt)
+	a.timing("task_start", time.Since(start))
+	if err != nil {
+		a.setTask(i, func(ts *store.TaskState) { ts.State = "dead"; ts.ExitCode = -1 })
+		return nil, err
+	}
+	st := h.State()
+	a.setTask(i, func(ts *store.TaskState) {
+		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
+	})
+	a.save(ctx)
+	fault.Point(fault.TaskRunning)
+
+	res, werr := h.Wait(ctx)
+	if ctx.Err() != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dt.KillTimeout+30*time.Second)
+		_ = h.Stop(sctx, dt.KillTimeout)
+		res, werr = h.Wait(sctx)
+		cancel()
+	}
+	dstart := time.Now()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	derr := h.Destroy(dctx)
+	cancel()
+	a.timing("driver_cleanup", time.Since(dstart))
+	if derr != nil {
+		return res, fmt.Errorf("driver cleanup: %w", derr)
+	}
+	if werr != nil {
+		return res, werr
+	}
+	a.setTask(i, func(ts *store.TaskState) {
+		ts.FinishedAt = time.Now()
+		ts.Handle = nil
+		if res != nil {
+			ts.ExitCode, ts.Signal = res.ExitCode, res.Signal
+			ts.Failed = !res.Successful()
+		}
+	})
+	return res, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
