@@ -31,6 +31,10 @@ type env struct {
 // newEnv makes a Manager over a fresh store and a test network, with the
 // given plugin dirs first in the path.
 func newEnv(t *testing.T, spec testenv.NetworkSpec, pluginDirs []string, to cni.Timeouts) *env {
+	return newEnvTB(t, spec, pluginDirs, to)
+}
+
+func newEnvTB(t testing.TB, spec testenv.NetworkSpec, pluginDirs []string, to cni.Timeouts) *env {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequirePlugins(t, pluginDirs[len(pluginDirs)-1], "bridge", "host-local")

@@ -99,6 +99,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		newNetCmd(g),
 		newValidateCmd(g),
 		newRunCmd(g),
+		newDoctorCmd(g),
 	)
 	return root
 }

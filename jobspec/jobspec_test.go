@@ -535,3 +535,20 @@ func BenchmarkPeriodicNext(b *testing.B) {
 		from = j.Periodic.Next(from)
 	}
 }
+
+// cronexpr's Next writes to its Expression; Periodic.Next must still be
+// safe to call from several goroutines (run with -race).
+func TestPeriodicNextConcurrent(t *testing.T) {
+	j := mustParse(t, "testdata/periodic_multi.hcl", testOptions())
+	from := time.Date(2025, 3, 8, 10, 0, 0, 0, time.UTC)
+	want := j.Periodic.Next(from)
+	done := make(chan time.Time)
+	for range 4 {
+		go func() { done <- j.Periodic.Next(from) }()
+	}
+	for range 4 {
+		if got := <-done; !got.Equal(want) {
+			t.Errorf("concurrent Next = %v, want %v", got, want)
+		}
+	}
+}

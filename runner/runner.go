@@ -123,6 +123,7 @@ func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	}
 	fault.Point(fault.BeforeAllocSetup)
 	a.run(ctx)
+	a.timing("total", time.Since(now))
 	return a.snapshot()
 }
 

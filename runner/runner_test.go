@@ -36,10 +36,14 @@ type env struct {
 }
 
 func newEnv(t *testing.T, subnet string) *env {
+	return newEnvTB(t, testenv.NetworkSpec{Subnet: subnet, Portmap: true, Firewall: true, Loopback: true})
+}
+
+func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
-	n := testenv.NewNetwork(t, testenv.NetworkSpec{Subnet: subnet, Portmap: true, Firewall: true, Loopback: true})
+	n := testenv.NewNetwork(t, spec)
 	dataDir := t.TempDir()
 	st, err := store.Open(context.Background(), dataDir, store.Options{})
 	testenv.Must(t, err)
@@ -70,7 +74,7 @@ func newEnv(t *testing.T, subnet string) *env {
 }
 
 // job parses src after pointing its CNI network at the test network.
-func (e *env) job(t *testing.T, src string) *jobspec.Job {
+func (e *env) job(t testing.TB, src string) *jobspec.Job {
 	t.Helper()
 	src = strings.ReplaceAll(src, "cni/private", "cni/"+e.net.Name)
 	j, err := jobspec.Parse([]byte(src), "test.nomad.hcl", jobspec.ParseOptions{
@@ -86,7 +90,7 @@ func (e *env) job(t *testing.T, src string) *jobspec.Job {
 	return j
 }
 
-func requireImage(t *testing.T) {
+func requireImage(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skip("podman not installed: run scripts/setup.sh")

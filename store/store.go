@@ -94,6 +94,60 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// Writes go through one committer goroutine that puts every write
+	// queued meanwhile into the same transaction: one fsync for many
+	// concurrent writers (group commit) instead of one each, in turn.
+	opsMu    sync.RWMutex
+	closed   bool
+	ops      chan writeOp
+	loopDone chan struct{}
+}
+
+type writeOp struct {
+	fn   func(*bolt.Tx) error
+	done chan error
+}
+
+// maxGroup bounds how many writes share one transaction.
+const maxGroup = 256
+
+func (s *Store) commitLoop() {
+	defer close(s.loopDone)
+	for first := range s.ops {
+		group := []writeOp{first}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break drain
+				}
+				group = append(group, o)
+			default:
+				break drain
+			}
+		}
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for _, o := range group {
+				if err := o.fn(tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil || len(group) == 1 {
+			for _, o := range group {
+				o.done <- err
+			}
+			continue
+		}
+		// One write failed and took the others with it: redo each on its
+		// own so that every caller gets its own outcome.
+		for _, o := range group {
+			o.done <- s.db.Update(o.fn)
+		}
+	}
 }
 
 // Open opens (or creates) <dataDir>/berth.db after taking the data dir's
@@ -137,12 +191,14 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		lock.release()
 		return nil, err
 	}
-	s := &Store{db: db, lock: lock, path: path, retention: opts.Retention, log: opts.Logger}
+	s := &Store{db: db, lock: lock, path: path, retention: opts.Retention, log: opts.Logger,
+		ops: make(chan writeOp, maxGroup), loopDone: make(chan struct{})}
 	if err := s.initSchema(); err != nil {
 		_ = db.Close()
 		lock.release()
 		return nil, err
 	}
+	go s.commitLoop()
 	return s, nil
 }
 
@@ -344,6 +400,15 @@ func (s *Store) initSchema() error {
 // Close closes the db and releases the data dir. Calling it again is a no-op.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.opsMu.Lock()
+		s.closed = true
+		if s.ops != nil {
+			close(s.ops)
+		}
+		s.opsMu.Unlock()
+		if s.loopDone != nil {
+			<-s.loopDone
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close store %s: %w", s.path, err)
 		}
@@ -368,7 +433,15 @@ func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.Update(fn)
+	done := make(chan error, 1)
+	s.opsMu.RLock()
+	if s.closed || s.ops == nil {
+		s.opsMu.RUnlock()
+		return fmt.Errorf("store %s: %w", s.path, bolt.ErrDatabaseNotOpen)
+	}
+	s.ops <- writeOp{fn: fn, done: done}
+	s.opsMu.RUnlock()
+	return <-done
 }
 
 // decode unmarshals one record, naming it if the bytes are not valid.

@@ -16,6 +16,9 @@ type Phase string
 const (
 	// PhaseIntent: recorded, nothing created yet (or the netns create is in flight).
 	PhaseIntent Phase = "intent"
+	// PhaseNetnsCreated and PhaseAdding are not written by this berth (the
+	// intent covers the namespace and ADD); they are kept so that records of
+	// other versions read.
 	// PhaseNetnsCreated: the namespace exists; CNI ADD has not been sent.
 	PhaseNetnsCreated Phase = "netns-created"
 	// PhaseAdding: CNI ADD was sent; the plugin chain may have done part of its work.

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth/berth/doctor"
+)
+
+// DoctorOptions builds the doctor's inputs from the global flags. leaks
+// may be nil: the read-only BasicLeakFinder is used then (gc's dry run
+// replaces it once gc is wired in).
+func (g *Globals) DoctorOptions(leaks doctor.LeakFinder) doctor.Options {
+	if leaks == nil {
+		leaks = doctor.BasicLeakFinder(doctor.BasicLeakOptions{
+			NetnsDir:    g.NetnsDir,
+			DataDir:     g.DataDir,
+			ConfDir:     g.CNIConfigDir,
+			CNICacheDir: g.CNICacheDir,
+		})
+	}
+	return doctor.Options{
+		NetnsDir: g.NetnsDir,
+		ConfDir:  g.CNIConfigDir,
+		CNI:      g.CNIClient(),
+		DataDir:  g.DataDir,
+		Podman:   doctor.PodmanOptions{Sockets: doctor.DefaultPodmanSockets(g.DataDir)},
+		Leaks:    leaks,
+		Logger:   g.Logger(),
+	}
+}
+
+func newDoctorCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check that this node can run berth, and say how to fix what is wrong (exit 1 if a check fails)",
+		Long: `Checks privileges and kernel support for network namespaces, the netns
+directory's mounts, every CNI configuration and the plugins it names,
+iptables, podman, berth's store, and leftovers gc would reclaim. Each
+problem is printed with the command or setting that fixes it. Nothing is
+changed. Exit status 1 if any check fails; warnings do not fail.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep := doctor.Run(cmd.Context(), g.DoctorOptions(nil))
+			if g.JSON {
+				if err := g.PrintJSON(rep); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(g, rep)
+			}
+			if rep.Failed {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+}
+
+func printDoctor(g *Globals, rep *doctor.Report) {
+	w := g.stdout
+	for _, c := range rep.Checks {
+		fmt.Fprintf(w, "%-6s %s: %s\n", strings.ToUpper(string(c.Status)), c.Name, c.Message)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "       fix: %s\n", c.Fix)
+		}
+	}
+	s := rep.Summary
+	fmt.Fprintf(w, "\n%d ok, %d warnings, %d failed, %d skipped\n",
+		s[doctor.StatusOK], s[doctor.StatusWarn], s[doctor.StatusFail], s[doctor.StatusSkip])
+}

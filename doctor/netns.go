@@ -1,0 +1,266 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Capability bits berth needs: CAP_SYS_ADMIN to unshare and bind-mount
+// namespaces, CAP_NET_ADMIN for the plugins' links, addresses and iptables.
+const (
+	capNetAdmin = 12
+	capSysAdmin = 21
+)
+
+// CheckPrivileges reads the effective capabilities from statusPath
+// (/proc/self/status). Root is not enough on its own: a container or a
+// capability-dropping wrapper can leave root without CAP_SYS_ADMIN.
+func CheckPrivileges(statusPath string) Check {
+	c := Check{Name: "privileges"}
+	b, err := os.ReadFile(statusPath)
+	if err != nil {
+		c.Status, c.Message = StatusFail, fmt.Sprintf("cannot read capabilities from %s: %v", statusPath, err)
+		c.Fix = "run berth on a Linux host with /proc mounted"
+		return c
+	}
+	var capEff uint64
+	found := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			capEff, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			found = err == nil
+		}
+	}
+	if !found {
+		c.Status, c.Message = StatusFail, fmt.Sprintf("no CapEff line in %s", statusPath)
+		c.Fix = "run berth on a Linux host with /proc mounted"
+		return c
+	}
+	var missing []string
+	if capEff&(1<<capSysAdmin) == 0 {
+		missing = append(missing, "CAP_SYS_ADMIN (create and pin network namespaces)")
+	}
+	if capEff&(1<<capNetAdmin) == 0 {
+		missing = append(missing, "CAP_NET_ADMIN (CNI plugins configure links, addresses, iptables)")
+	}
+	who := fmt.Sprintf("uid %d", os.Geteuid())
+	if os.Geteuid() == 0 {
+		who = "root"
+	}
+	if len(missing) > 0 {
+		c.Status = StatusFail
+		c.Message = fmt.Sprintf("running as %s without %s", who, strings.Join(missing, " and "))
+		c.Fix = "run berth as root (sudo berth ...), or grant it CAP_SYS_ADMIN and CAP_NET_ADMIN (e.g. systemd AmbientCapabilities=CAP_SYS_ADMIN CAP_NET_ADMIN)"
+		return c
+	}
+	c.Status = StatusOK
+	c.Message = fmt.Sprintf("running as %s with CAP_SYS_ADMIN and CAP_NET_ADMIN", who)
+	return c
+}
+
+// CheckNetnsKernel checks that the kernel has network namespaces and that
+// this process may create one: it unshares a namespace on a locked OS
+// thread and returns the thread to its own, exactly as netns pins do,
+// without mounting anything.
+func CheckNetnsKernel(ctx context.Context, procDir string) Check {
+	c := Check{Name: "netns/kernel"}
+	self := filepath.Join(procDir, "self/ns/net")
+	if _, err := os.Stat(self); err != nil {
+		c.Status = StatusFail
+		c.Message = fmt.Sprintf("%s: %v: the kernel lacks network namespaces (CONFIG_NET_NS) or /proc is not mounted", self, err)
+		c.Fix = "use a kernel built with CONFIG_NET_NS=y (every distribution kernel is) and mount /proc"
+		return c
+	}
+	if err := ctx.Err(); err != nil {
+		c.Status, c.Message = StatusSkip, err.Error()
+		return c
+	}
+	if err := probeUnshare(); err != nil {
+		c.Status = StatusFail
+		c.Message = fmt.Sprintf("cannot create a network namespace: %v", err)
+		c.Fix = "run berth as root with CAP_SYS_ADMIN; inside a container, run it privileged"
+		if errors.Is(err, unix.ENOSPC) {
+			c.Fix = "raise the namespace limit: sysctl -w user.max_net_namespaces=<n> (it is 0 or exhausted)"
+		}
+		return c
+	}
+	c.Status, c.Message = StatusOK, "network namespaces supported: created and left one on a locked thread"
+	return c
+}
+
+// probeUnshare is netns.pin without the bind mount: if the return to the
+// original namespace fails, the goroutine exits still locked so the runtime
+// discards the thread rather than reuse it in the probe's namespace.
+func probeUnshare() error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns %s: %w", self, err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
+			return
+		}
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("return to the original netns: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// mountEntry is one line of a mountinfo file.
+type mountEntry struct {
+	id, parent int
+	mountPoint string
+	optional   string
+	fsType     string
+	source     string
+}
+
+// readMountinfo parses a /proc/<pid>/mountinfo file.
+func readMountinfo(path string) ([]mountEntry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return parseMountinfo(b, path)
+}
+
+func parseMountinfo(b []byte, path string) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 7 || sep < 0 || sep+2 >= len(f) {
+			return nil, fmt.Errorf("%s line %d: unexpected format %q", path, n, sc.Text())
+		}
+		id, err1 := strconv.Atoi(f[0])
+		parent, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s line %d: bad mount ids in %q", path, n, sc.Text())
+		}
+		out = append(out, mountEntry{
+			id:         id,
+			parent:     parent,
+			mountPoint: unescapeMountinfo(f[4]),
+			optional:   strings.Join(f[6:sep], " "),
+			fsType:     f[sep+1],
+			source:     unescapeMountinfo(f[sep+2]),
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				sb.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		sb.WriteByte(s[i])
+	}
+	return sb.String()
+}
+
+// CheckNetnsDir looks at the namespace directory's mounts in mountinfoPath
+// (/proc/self/mountinfo). iproute2, podman and berth all make the
+// directory a shared bind mount of itself, so that pins propagate to (and
+// unmounts from) other mount namespaces. Two setups racing can stack two
+// mounts on it; then unlinking a pin fails with EBUSY until both go.
+func CheckNetnsDir(dir, mountinfoPath string) Check {
+	c := Check{Name: "netns/dir"}
+	dir = filepath.Clean(dir)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.Status = StatusOK
+		c.Message = fmt.Sprintf("%s does not exist yet; berth creates it as a shared mount on first use", dir)
+		return c
+	case err != nil:
+		c.Status, c.Message = StatusFail, fmt.Sprintf("netns dir %s: %v", dir, err)
+		c.Fix = fmt.Sprintf("check the permissions of %s and its parents", dir)
+		return c
+	case !fi.IsDir():
+		c.Status, c.Message = StatusFail, fmt.Sprintf("netns dir %s is not a directory", dir)
+		c.Fix = fmt.Sprintf("remove %s (or pass --netns-dir); berth and `ip netns` need a directory there", dir)
+		return c
+	}
+	mounts, err := readMountinfo(mountinfoPath)
+	if err != nil {
+		c.Status, c.Message = StatusFail, err.Error()
+		c.Fix = "mount /proc"
+		return c
+	}
+	var at []mountEntry
+	for _, m := range mounts {
+		if m.mountPoint == dir {
+			at = append(at, m)
+		}
+	}
+	switch {
+	case len(at) == 0:
+		c.Status = StatusOK
+		c.Message = fmt.Sprintf("%s exists and is not a mount point yet; berth (like `ip netns add`) bind-mounts it onto itself as a shared mount on first use", dir)
+	case len(at) > 1:
+		c.Status = StatusFail
+		c.Message = fmt.Sprintf("%d mounts are stacked on %s (two setups raced); removing a namespace there fails with EBUSY until all but one are gone", len(at), dir)
+		c.Fix = fmt.Sprintf("with no workload using namespaces in %s, run `umount %s` %d time(s) until `grep ' %s ' /proc/self/mountinfo` shows one line (or unmount all of them and let `ip netns add` or berth re-create it)",
+			dir, dir, len(at)-1, dir)
+	default:
+		// The last entry is the mount on top, the one new pins go into.
+		top := at[len(at)-1]
+		if !strings.Contains(top.optional, "shared:") {
+			c.Status = StatusWarn
+			c.Message = fmt.Sprintf("%s is a mount point but not shared: namespaces pinned there do not propagate to other mount namespaces, and copies made there keep removed namespaces alive", dir)
+			c.Fix = fmt.Sprintf("mount --make-shared %s", dir)
+			return c
+		}
+		c.Status = StatusOK
+		c.Message = fmt.Sprintf("%s is one shared mount (%s)", dir, top.optional)
+	}
+	return c
+}

@@ -1,0 +1,128 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/store"
+)
+
+// CheckStore checks that dataDir is writable and its store readable. A
+// store another process has open (the agent) is fine: it is only reported.
+// A missing store is not created.
+func CheckStore(ctx context.Context, dataDir string) Check {
+	c := Check{Name: "store"}
+	if dataDir == "" {
+		c.Status, c.Message = StatusSkip, "no data dir given"
+		return c
+	}
+	fi, err := os.Stat(dataDir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		parent := existingParent(dataDir)
+		if err := unix.Access(parent, unix.W_OK); err != nil {
+			c.Status = StatusFail
+			c.Message = fmt.Sprintf("data dir %s does not exist and %s is not writable: %v", dataDir, parent, err)
+			c.Fix = fmt.Sprintf("mkdir -p %s (as root) or pass --data-dir", dataDir)
+			return c
+		}
+		c.Status, c.Message = StatusOK, fmt.Sprintf("data dir %s does not exist yet; berth creates it on first use", dataDir)
+		return c
+	case err != nil:
+		c.Status, c.Message = StatusFail, fmt.Sprintf("data dir %s: %v", dataDir, err)
+		c.Fix = fmt.Sprintf("check the permissions of %s and its parents", dataDir)
+		return c
+	case !fi.IsDir():
+		c.Status, c.Message = StatusFail, fmt.Sprintf("data dir %s is not a directory", dataDir)
+		c.Fix = fmt.Sprintf("move %s away or pass --data-dir", dataDir)
+		return c
+	}
+	// Access(2) would say yes to root on a read-only file system: write.
+	f, err := os.CreateTemp(dataDir, ".doctor-*")
+	if err != nil {
+		c.Status, c.Message = StatusFail, fmt.Sprintf("data dir %s is not writable: %v", dataDir, err)
+		c.Fix = fmt.Sprintf("make %s writable by berth (a read-only or full file system?) or pass --data-dir", dataDir)
+		return c
+	}
+	f.Close()
+	os.Remove(f.Name())
+
+	db := filepath.Join(dataDir, store.DBFile)
+	if _, err := os.Stat(db); errors.Is(err, os.ErrNotExist) {
+		c.Status, c.Message = StatusOK, fmt.Sprintf("data dir %s is writable; no store yet (berth creates %s on first use)", dataDir, store.DBFile)
+		return c
+	}
+	st, err := store.Open(ctx, dataDir, store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var locked *store.LockedError
+	switch {
+	case err == nil:
+	case errors.As(err, &locked):
+		c.Status = StatusOK
+		if locked.PID > 0 {
+			who := locked.Command
+			if who == "" {
+				who = "berth"
+			}
+			c.Message = fmt.Sprintf("store %s is in use by %s pid %d (the agent owns it; not checked further)", db, who, locked.PID)
+		} else {
+			c.Message = fmt.Sprintf("store %s is in use by another process (the agent owns it; not checked further)", db)
+		}
+		return c
+	case errors.Is(err, store.ErrLocked):
+		c.Status, c.Message = StatusOK, fmt.Sprintf("store %s is in use: %v", db, err)
+		return c
+	case errors.Is(err, store.ErrCorrupt):
+		c.Status, c.Message = StatusFail, err.Error()
+		c.Fix = corruptFix(db)
+		return c
+	case errors.Is(err, store.ErrNewerSchema):
+		c.Status, c.Message = StatusFail, err.Error()
+		c.Fix = "upgrade berth to the version that wrote the store"
+		return c
+	default:
+		c.Status, c.Message = StatusFail, err.Error()
+		c.Fix = fmt.Sprintf("check the permissions and free space of %s", dataDir)
+		return c
+	}
+	defer st.Close()
+	atts, err := st.ListAttachments(ctx)
+	if err != nil {
+		c.Status, c.Message = StatusFail, fmt.Sprintf("store %s opens but its attachments cannot be read: %v", db, err)
+		if errors.Is(err, store.ErrCorrupt) {
+			c.Fix = corruptFix(db)
+		}
+		return c
+	}
+	pending := 0
+	for _, a := range atts {
+		if a.Phase == store.PhaseTearingDown {
+			pending++
+		}
+	}
+	c.Status = StatusOK
+	c.Message = fmt.Sprintf("store %s readable: %d attachment(s), %d pending teardown", db, len(atts), pending)
+	return c
+}
+
+func corruptFix(db string) string {
+	return fmt.Sprintf("with berth stopped, move the store aside: mv %s %s.corrupt; then start berth (it creates an empty store) and run `berth gc` to sweep the namespaces and CNI attachments the lost store knew about", db, db)
+}
+
+// existingParent is the nearest ancestor of path that exists.
+func existingParent(path string) string {
+	p := filepath.Clean(path)
+	for {
+		parent := filepath.Dir(p)
+		if _, err := os.Stat(parent); err == nil || parent == p {
+			return parent
+		}
+		p = parent
+	}
+}

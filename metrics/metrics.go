@@ -1,0 +1,285 @@
+// Package metrics exports berth's Prometheus metrics: CNI and namespace
+// operations (as an attach.Observer), removals that found a busy
+// namespace, CHECK failures and heals, gc runs, allocations, and the HTTP
+// API. Nothing is registered globally: the agent passes its own registry.
+//
+// Labels carry only bounded values (verbs, network names, phases,
+// statuses, holder kinds); never an allocation, container or namespace ID.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/netns"
+)
+
+const namespace = "berth"
+
+// Result label values.
+const (
+	ResultOK    = "ok"
+	ResultError = "error"
+)
+
+var (
+	// CNIBuckets span a loopback-only chain (a few ms) to an
+	// iptables-heavy chain on a loaded host near its 2 min ADD timeout.
+	CNIBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	// NetnsBuckets: create/remove are syscalls (< 2 ms) unless a removal
+	// has to wait for stacked mounts, which gives up after 30 s.
+	NetnsBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30}
+	// PhaseBuckets cover the allocation phases: CNI verbs, a podman
+	// container start (~0.5 s here), a driver cleanup that waits for a
+	// kill timeout.
+	PhaseBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+)
+
+// Metrics holds berth's collectors. All methods are safe for concurrent
+// use and never block on I/O.
+type Metrics struct {
+	gatherer prometheus.Gatherer
+
+	cniOps      *prometheus.CounterVec
+	cniDuration *prometheus.HistogramVec
+
+	netnsDuration *prometheus.HistogramVec
+	netnsErrors   *prometheus.CounterVec
+	removalBusy   prometheus.Counter
+	removalRetry  prometheus.Counter
+	holdersSeen   *prometheus.CounterVec
+
+	checkFailures *prometheus.CounterVec
+	heals         *prometheus.CounterVec
+
+	gcRuns      *prometheus.CounterVec
+	gcReclaimed *prometheus.CounterVec
+
+	allocations      *prometheus.GaugeVec
+	allocsTotal      *prometheus.CounterVec
+	pendingTeardowns prometheus.Gauge
+	allocPhase       *prometheus.HistogramVec
+
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+
+	// allocMu serialises SetAllocations so that a status that disappears
+	// from one call to the next is reset to zero, not left at its old value.
+	allocMu   sync.Mutex
+	allocSeen map[string]bool
+}
+
+var _ attach.Observer = (*Metrics)(nil)
+
+// New creates berth's collectors and registers them with reg, which also
+// serves them through Handler. A *prometheus.Registry is required (rather
+// than a Registerer) so that what Handler serves is exactly what was
+// registered. It panics if reg already holds berth's metrics, as
+// MustRegister does: that is a programming error.
+func New(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		gatherer: reg,
+		cniOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cni_operations_total",
+			Help: "CNI operations by verb, network and result (ok or error).",
+		}, []string{"verb", "network", "result"}),
+		cniDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "cni_operation_duration_seconds",
+			Help:    "Duration of CNI operations (the whole plugin chain) by verb and network.",
+			Buckets: CNIBuckets,
+		}, []string{"verb", "network"}),
+		netnsDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "netns_operation_duration_seconds",
+			Help:    "Duration of network namespace operations (create, remove).",
+			Buckets: NetnsBuckets,
+		}, []string{"op"}),
+		netnsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "netns_operation_errors_total",
+			Help: "Failed network namespace operations (create, remove).",
+		}, []string{"op"}),
+		removalBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "netns_removal_busy_total",
+			Help: "Namespace removals whose plain unmount was refused (EBUSY) because something held the namespace; it was detached instead.",
+		}),
+		removalRetry: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "netns_removal_retries_total",
+			Help: "Unlink attempts of namespace pins that had to be repeated (stacked mounts).",
+		}),
+		holdersSeen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "netns_holders_seen_total",
+			Help: "Processes found holding a namespace being removed, by kind (fd, mount, member).",
+		}, []string{"kind"}),
+		checkFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cni_check_failures_total",
+			Help: "CNI CHECKs that found an existing attachment misconfigured, by network.",
+		}, []string{"network"}),
+		heals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "cni_heals_total",
+			Help: "Attempts to recreate an attachment whose CHECK failed, by network and result.",
+		}, []string{"network", "result"}),
+		gcRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "gc_runs_total",
+			Help: "Garbage collection runs by result (ok or error).",
+		}, []string{"result"}),
+		gcReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "gc_reclaimed_total",
+			Help: "Leftovers reclaimed by garbage collection, by kind.",
+		}, []string{"kind"}),
+		allocations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "allocations",
+			Help: "Allocations known to this agent, by client status.",
+		}, []string{"status"}),
+		allocsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "allocations_total",
+			Help: "Allocations that reached a final client status, by status.",
+		}, []string{"status"}),
+		pendingTeardowns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "pending_teardowns",
+			Help: "Attachments whose teardown failed and is waiting to be retried.",
+		}),
+		allocPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "alloc_phase_duration_seconds",
+			Help:    "Duration of allocation phases (netns, add, task, driver_cleanup, del, remove).",
+			Buckets: PhaseBuckets,
+		}, []string{"phase"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "http_requests_total",
+			Help: "HTTP API requests by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "http_request_duration_seconds",
+			Help:    "HTTP API request duration by route and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		allocSeen: map[string]bool{},
+	}
+	reg.MustRegister(
+		m.cniOps, m.cniDuration,
+		m.netnsDuration, m.netnsErrors, m.removalBusy, m.removalRetry, m.holdersSeen,
+		m.checkFailures, m.heals,
+		m.gcRuns, m.gcReclaimed,
+		m.allocations, m.allocsTotal, m.pendingTeardowns, m.allocPhase,
+		m.httpRequests, m.httpDuration,
+	)
+	// The error series exist from the start, so a rate() over them is 0
+	// rather than absent until the first failure.
+	for _, op := range []string{"create", "remove"} {
+		m.netnsErrors.WithLabelValues(op)
+	}
+	m.gcRuns.WithLabelValues(ResultOK)
+	m.gcRuns.WithLabelValues(ResultError)
+	return m
+}
+
+func result(err error) string {
+	if err != nil {
+		return ResultError
+	}
+	return ResultOK
+}
+
+// CNIOp records one CNI operation (attach.Observer).
+func (m *Metrics) CNIOp(verb, network string, d time.Duration, err error) {
+	m.cniOps.WithLabelValues(verb, network, result(err)).Inc()
+	m.cniDuration.WithLabelValues(verb, network).Observe(d.Seconds())
+}
+
+// NetnsOp records a namespace create or remove (attach.Observer).
+func (m *Metrics) NetnsOp(op string, d time.Duration, err error) {
+	m.netnsDuration.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil {
+		m.netnsErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// Removed records what a namespace removal ran into (attach.Observer).
+func (m *Metrics) Removed(rep *netns.RemoveReport) {
+	if rep == nil {
+		return
+	}
+	if rep.Busy {
+		m.removalBusy.Inc()
+	}
+	if rep.Retries > 0 {
+		m.removalRetry.Add(float64(rep.Retries))
+	}
+	for _, h := range rep.Holders {
+		m.holdersSeen.WithLabelValues(string(h.Kind)).Inc()
+	}
+}
+
+// CheckFailed records a CHECK that found an attachment misconfigured
+// (attach.Observer).
+func (m *Metrics) CheckFailed(network string) {
+	m.checkFailures.WithLabelValues(network).Inc()
+}
+
+// Healed records an attempt to recreate a misconfigured attachment
+// (attach.Observer).
+func (m *Metrics) Healed(network string, err error) {
+	m.heals.WithLabelValues(network, result(err)).Inc()
+}
+
+// GCRun records one garbage collection run and what it reclaimed, by
+// kind. Reclaimed counts are added even when the run failed part-way:
+// what was removed is gone either way.
+func (m *Metrics) GCRun(err error, reclaimed map[string]int) {
+	m.gcRuns.WithLabelValues(result(err)).Inc()
+	for kind, n := range reclaimed {
+		if n > 0 {
+			m.gcReclaimed.WithLabelValues(kind).Add(float64(n))
+		}
+	}
+}
+
+// SetAllocations sets the number of allocations per status. A status
+// present in an earlier call and missing now is set to zero.
+func (m *Metrics) SetAllocations(byStatus map[string]int) {
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+	for status := range m.allocSeen {
+		if _, ok := byStatus[status]; !ok {
+			m.allocations.WithLabelValues(status).Set(0)
+		}
+	}
+	for status, n := range byStatus {
+		m.allocSeen[status] = true
+		m.allocations.WithLabelValues(status).Set(float64(n))
+	}
+}
+
+// AllocDone counts an allocation that reached a final status.
+func (m *Metrics) AllocDone(status string) {
+	m.allocsTotal.WithLabelValues(status).Inc()
+}
+
+// SetPendingTeardowns sets the number of teardowns waiting for a retry.
+func (m *Metrics) SetPendingTeardowns(n int) {
+	m.pendingTeardowns.Set(float64(n))
+}
+
+// AllocPhase records how long one phase of an allocation took.
+func (m *Metrics) AllocPhase(phase string, d time.Duration) {
+	m.allocPhase.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// InstrumentHandler counts and times the requests h serves under route.
+// route must be the route's pattern (e.g. "/v1/allocation/{id}"), never
+// the request path, or IDs would become label values. Methods outside
+// the standard set are counted as "unknown" by promhttp.
+func (m *Metrics) InstrumentHandler(route string, h http.Handler) http.Handler {
+	labels := prometheus.Labels{"route": route}
+	return promhttp.InstrumentHandlerCounter(m.httpRequests.MustCurryWith(labels),
+		promhttp.InstrumentHandlerDuration(m.httpDuration.MustCurryWith(labels), h))
+}
+
+// Handler serves the registry passed to New in the Prometheus exposition
+// formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
+}
