@@ -41,15 +41,26 @@ const benchJob = `job "bench" {
 // BenchmarkAllocations runs batch launches of count short-lived
 // allocations (exit 0) and reports allocations per minute, phase p50s and
 // berth's own time per allocation (total minus plugins, driver and task).
-// BERTH_BENCH_COUNT sets count (default 20).
+// The "seq" variants run count = 1 twenty times as often: the sequential
+// baseline of the parallel speed-up. BERTH_BENCH_COUNT sets count
+// (default 20).
 func BenchmarkAllocations(b *testing.B) {
-	count := 20
+	par := 20
 	if v, err := strconv.Atoi(os.Getenv("BERTH_BENCH_COUNT")); err == nil && v > 0 {
-		count = v
+		par = v
 	}
 	for _, drv := range []string{"raw_exec", "podman"} {
-		for _, chain := range []string{"full", "bridge"} {
-			b.Run(drv+"/"+chain, func(b *testing.B) {
+		for _, chain := range []string{"full", "bridge", "full/seq", "bridge/seq"} {
+			count, launches := par, 1
+			if strings.HasSuffix(chain, "/seq") {
+				count, launches = 1, par
+			}
+			chain := strings.TrimSuffix(chain, "/seq")
+			name := drv + "/" + chain
+			if count == 1 {
+				name += "/seq"
+			}
+			b.Run(name, func(b *testing.B) {
 				if drv == "podman" {
 					requireImage(b)
 				}
@@ -68,7 +79,7 @@ func BenchmarkAllocations(b *testing.B) {
 				rssBefore := rssKB()
 				b.ResetTimer()
 				start := time.Now()
-				for i := 0; i < b.N; i++ {
+				for i := 0; i < b.N*launches; i++ {
 					sum, err := e.r.RunJob(ctx, j, runner.RunOptions{OnAlloc: func(a *store.Allocation) { allocs = append(allocs, a) }})
 					if err != nil || !sum.OK() {
 						b.Fatalf("run: %v %+v", err, sum)

@@ -94,6 +94,9 @@ type allocRun struct {
 	dir   string
 	ports []portPlan
 	ip    string
+	// lastExit is when the last task process exited, to measure how long
+	// the namespace outlives the workload.
+	lastExit time.Time
 
 	mu sync.Mutex // guards alloc
 }
@@ -297,6 +300,11 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		}
 	}
 	a.mu.Lock()
+	if hasNetwork && tdErr == nil && !a.lastExit.IsZero() {
+		// From the workload's exit to its namespace being gone: the
+		// window in which Nomad's teardown failed.
+		a.alloc.TimingsMS["exit_to_netns_gone"] = float64(time.Since(a.lastExit).Microseconds()) / 1000
+	}
 	failed := runErr != nil || tdErr != nil
 	for _, t := range a.alloc.Tasks {
 		if t.Failed {
@@ -585,6 +593,12 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	}
 	a.setTask(i, func(ts *store.TaskState) {
 		ts.FinishedAt = time.Now()
+		if res != nil && !res.FinishedAt.IsZero() {
+			ts.FinishedAt = res.FinishedAt
+		}
+		if ts.FinishedAt.After(a.lastExit) {
+			a.lastExit = ts.FinishedAt
+		}
 		ts.Handle = nil
 		if res != nil {
 			ts.ExitCode, ts.Signal = res.ExitCode, res.Signal
