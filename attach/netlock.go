@@ -19,24 +19,49 @@ import (
 // exclusive, so a sweep never races an attachment in flight.
 const DefaultLockDir = "/run/berth/lock"
 
-// lockNetwork takes the network's lock, shared or exclusive, waiting until
-// ctx ends. The returned func releases it.
+// lockNetwork takes what ADD and DEL need: the network's lock and the host
+// lock, both shared, in that order (every holder takes them in that order,
+// so they cannot deadlock). The returned func releases both.
 func (m *Manager) lockNetwork(ctx context.Context, network string, exclusive bool) (func(), error) {
-	return LockNetwork(ctx, m.o.LockDir, network, exclusive)
+	unlockNet, err := LockNetwork(ctx, m.o.LockDir, network, exclusive)
+	if err != nil {
+		return nil, err
+	}
+	unlockHost, err := LockHost(ctx, m.o.LockDir, false)
+	if err != nil {
+		unlockNet()
+		return nil, err
+	}
+	return func() { unlockHost(); unlockNet() }, nil
 }
 
 // LockNetwork is the cross-process lock of a network (see DefaultLockDir).
 func LockNetwork(ctx context.Context, dir, network string, exclusive bool) (func(), error) {
+	return lockFile(ctx, dir, "net-"+sanitize(network)+".lock", "network "+network, exclusive)
+}
+
+// LockHost guards what all networks share: the firewall and portmap
+// plugins' chains (CNI-FORWARD, CNI-HOSTPORT-*). ADD and DEL of any network
+// hold it shared; removing those chains needs it exclusive, because a
+// plugin that found them a moment ago fails when they vanish under it.
+// Take it after any network lock. It always lives in DefaultLockDir,
+// whatever dir the network locks use: the chains are the host's, so every
+// berth process (and test) on the host must agree on it.
+func LockHost(ctx context.Context, _ string, exclusive bool) (func(), error) {
+	return lockFile(ctx, DefaultLockDir, "host.lock", "host CNI chains", exclusive)
+}
+
+func lockFile(ctx context.Context, dir, name, what string, exclusive bool) (func(), error) {
 	if dir == "" {
 		dir = DefaultLockDir
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("lock network %q: %w", network, err)
+		return nil, fmt.Errorf("lock %s: %w", what, err)
 	}
-	path := filepath.Join(dir, "net-"+sanitize(network)+".lock")
+	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock network %q: %w", network, err)
+		return nil, fmt.Errorf("lock %s: %w", what, err)
 	}
 	how := unix.LOCK_SH
 	if exclusive {
@@ -50,12 +75,12 @@ func LockNetwork(ctx context.Context, dir, network string, exclusive bool) (func
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("lock network %q (%s): %w", network, path, err)
+			return nil, fmt.Errorf("lock %s (%s): %w", what, path, err)
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("lock network %q (%s): %w", network, path, ctx.Err())
+			return nil, fmt.Errorf("lock %s (%s): %w", what, path, ctx.Err())
 		case <-time.After(wait):
 		}
 		if wait < 50*time.Millisecond {
@@ -89,7 +114,7 @@ type TidyReport struct {
 // attachment on the network.
 func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyReport, error) {
 	rep := &TidyReport{Network: net.Name()}
-	unlock, err := m.lockNetwork(ctx, net.Name(), true)
+	unlock, err := LockNetwork(ctx, m.o.LockDir, net.Name(), true)
 	if err != nil {
 		return rep, err
 	}
@@ -134,11 +159,23 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 			}
 		}
 	}
-	removed, err := hostclean.TidySharedChains(ctx)
+	removed, err := m.TidySharedChains(ctx)
 	rep.Removed = append(rep.Removed, removed...)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return rep, fmt.Errorf("tidy network %q: %w", net.Name(), err)
 	}
 	return rep, nil
+}
+
+// TidySharedChains removes the plugins' shared chains when nothing uses
+// them, holding the host lock exclusively so that no ADD or DEL of any
+// network is in flight meanwhile.
+func (m *Manager) TidySharedChains(ctx context.Context) ([]string, error) {
+	unlock, err := LockHost(ctx, m.o.LockDir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return hostclean.TidySharedChains(ctx)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth/berth/attach"
 	"github.com/berth/berth/hostclean"
 )
 
@@ -121,7 +122,10 @@ func LeakCheckMain(m *testing.M) int {
 	code := m.Run()
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, _ = hostclean.TidySharedChains(ctx)
+	if unlock, err := attach.LockHost(ctx, "", true); err == nil {
+		_, _ = hostclean.TidySharedChains(ctx)
+		unlock()
+	}
 	after, err := TakeSnapshot(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "leak check: after: %v\n", err)
