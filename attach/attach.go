@@ -261,11 +261,14 @@ func (m *Manager) newRecord(req Request, net *cni.Network, path string) *store.A
 }
 
 func (m *Manager) args(id string, extra map[string]string) map[string]string {
-	out := make(map[string]string, len(extra)+1)
+	out := make(map[string]string, len(extra)+2)
 	for k, v := range extra {
 		out[k] = v
 	}
 	out["BERTH_ID"] = id
+	if s, ok := m.o.Store.(interface{ ID() string }); ok {
+		out["BERTH_STORE"] = s.ID()
+	}
 	return out
 }
 
@@ -499,7 +502,14 @@ func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attach
 	if err != nil {
 		return nil, fmt.Errorf("teardown %s: %w", id, err)
 	}
+	mine := ""
+	if s, ok := m.o.Store.(interface{ ID() string }); ok {
+		mine = s.ID()
+	}
 	for _, c := range cached {
+		if c.Args["BERTH_ID"] != id || (c.Args["BERTH_STORE"] != "" && mine != "" && c.Args["BERTH_STORE"] != mine) {
+			continue // another runtime's, or another berth's
+		}
 		path := m.o.Netns.Path(id)
 		if c.NetNS != "" {
 			path = c.NetNS
@@ -521,7 +531,13 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	pinned, _ := netns.IsPinned(rec.NetnsPath)
 	needDel := pinned || (rec.Phase != store.PhaseIntent && rec.Phase != store.PhaseNetnsCreated)
 	start := time.Now()
-	if rec.Phase != store.PhaseTearingDown {
+	// An allocation's ready attachment needs no tearing-down mark: if
+	// berth dies before the record is deleted, the next berth finds the
+	// allocation's owner gone and tears it down anyway. Only attachments
+	// that outlive their creator (`berth net up`) need the mark, or a
+	// crash after DEL would leave them looking alive. A failure records
+	// the mark in every case (fail).
+	if rec.Phase != store.PhaseTearingDown && (rec.AllocID == "" || rec.Phase != store.PhaseReady) {
 		rec.Phase = store.PhaseTearingDown
 		if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
 			return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
@@ -601,6 +617,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 
 // fail records a failed teardown so that it is retried with backoff.
 func (m *Manager) fail(ctx context.Context, rec *store.Attachment, cause error) error {
+	rec.Phase = store.PhaseTearingDown
 	rec.TeardownAttempts++
 	rec.LastError = cause.Error()
 	rec.NextAttempt = time.Now().Add(RetryBackoff(rec.TeardownAttempts))

@@ -31,7 +31,10 @@ func (g *Globals) withManager(ctx context.Context, fn func(*attach.Manager, *sto
 		return err
 	}
 	defer st.Close()
-	return fn(g.Manager(st), st)
+	m := g.Manager(st)
+	// Finish what a crashed berth left half-done (a few µs when nothing is).
+	g.ReplayPending(ctx, st, m)
+	return fn(m, st)
 }
 
 // ParsePort reads HOST:CONTAINER[/PROTO] into a CNI portMappings entry.

@@ -97,6 +97,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(g),
 		newNetCmd(g),
+		newGCCmd(g),
 		newValidateCmd(g),
 		newRunCmd(g),
 		newDoctorCmd(g),

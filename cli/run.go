@@ -152,6 +152,7 @@ stops running tasks, tears their networks down and prints the summary.`,
 			}
 			defer st.Close()
 			m := g.Manager(st)
+			g.Reconcile(ctx, st, m)
 			self, _ := proc.SelfStartTime()
 			r := runner.New(runner.Options{
 				Attach: m, Store: st, Drivers: drivers,
@@ -254,6 +255,7 @@ func printSummary(g *Globals, s *runner.Summary) {
 	fmt.Fprintf(w, "  allocations: %s\n", strings.Join(st, ", "))
 	fmt.Fprintf(w, "  network setup    p50 %.1f ms, p99 %.1f ms\n", s.SetupP50, s.SetupP99)
 	fmt.Fprintf(w, "  network teardown p50 %.1f ms, p99 %.1f ms\n", s.TeardownP50, s.TeardownP99)
+	fmt.Fprintf(w, "  task exit to namespace gone p50 %.1f ms\n", s.ExitToGoneP50)
 	fmt.Fprintf(w, "  teardown retries: %d\n", s.TeardownRetries)
 	if len(s.Holders) > 0 {
 		fmt.Fprintf(w, "  holders seen: %s\n", strings.Join(s.Holders, "; "))

@@ -253,6 +253,8 @@ type CachedAttachment struct {
 	Network     string `json:"network"`
 	IfName      string `json:"ifname"`
 	NetNS       string `json:"netns"`
+	// Args are the CNI_ARGS the attachment was made with.
+	Args map[string]string `json:"args,omitempty"`
 }
 
 // CachedAttachments lists libcni's cache entries, of one container when
@@ -264,7 +266,11 @@ func (c *Client) CachedAttachments(ctx context.Context, containerID string) ([]C
 	}
 	out := make([]CachedAttachment, 0, len(atts))
 	for _, a := range atts {
-		out = append(out, CachedAttachment{ContainerID: a.ContainerID, Network: a.Network, IfName: a.IfName, NetNS: a.NetNS})
+		ca := CachedAttachment{ContainerID: a.ContainerID, Network: a.Network, IfName: a.IfName, NetNS: a.NetNS, Args: map[string]string{}}
+		for _, kv := range a.CniArgs {
+			ca.Args[kv[0]] = kv[1]
+		}
+		out = append(out, ca)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Network != out[j].Network {

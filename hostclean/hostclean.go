@@ -146,12 +146,68 @@ func deleteJumps(ipt *iptables.IPTables, table, chain, target string) error {
 	}
 	for i := len(rs) - 1; i >= 0; i-- {
 		if strings.HasSuffix(rs[i], "-j "+target) {
-			if err := ipt.DeleteById(table, chain, i+1); err != nil {
+			if err := deleteRule(ipt, table, rs[i]); err != nil {
 				return fmt.Errorf("delete jump %s/%s -> %s: %w", table, chain, target, err)
 			}
 		}
 	}
 	return nil
+}
+
+// deleteRule deletes the rule an "-A CHAIN ..." line describes, by its
+// specification rather than its position: positions shift when another
+// process changes the chain meanwhile, and deleting by a stale index would
+// remove someone else's rule. A rule already gone is not an error.
+func deleteRule(ipt *iptables.IPTables, table, line string) error {
+	args, err := splitRule(line)
+	if err != nil {
+		return err
+	}
+	if len(args) < 2 || args[0] != "-A" {
+		return fmt.Errorf("not a rule: %q", line)
+	}
+	err = ipt.Delete(table, args[1], args[2:]...)
+	var e *iptables.Error
+	if errors.As(err, &e) && e.IsNotExist() {
+		return nil
+	}
+	return err
+}
+
+// splitRule splits an iptables-save rule line into arguments, undoing
+// its double quotes and backslash escapes ("name: \"x\"").
+func splitRule(line string) ([]string, error) {
+	var args []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+			have = true
+		case c == '"':
+			inQuote = !inQuote
+			have = true
+		case (c == ' ' || c == '\t') && !inQuote:
+			if have {
+				args = append(args, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(c)
+			have = true
+		}
+	}
+	if inQuote {
+		return nil, fmt.Errorf("unbalanced quotes in rule %q", line)
+	}
+	if have {
+		args = append(args, cur.String())
+	}
+	return args, nil
 }
 
 func tidyFilter(ipt *iptables.IPTables) ([]string, error) {
@@ -335,8 +391,8 @@ func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]s
 			if t := jumpTarget(r.line); strings.HasPrefix(t, "CNI-") && !sharedChain(t) {
 				targets[r.table+"/"+t] = true
 			}
-			if err := ipt.DeleteById(r.table, r.chain, r.index); err != nil {
-				errs = append(errs, fmt.Errorf("%s: delete rule %d of %s/%s: %w", protoName(ipt), r.index, r.table, r.chain, err))
+			if err := deleteRule(ipt, r.table, r.line); err != nil {
+				errs = append(errs, fmt.Errorf("%s: delete rule of %s/%s: %w", protoName(ipt), r.table, r.chain, err))
 				continue
 			}
 			removed = append(removed, fmt.Sprintf("%s %s rule %s", protoName(ipt), r.table, r.line))

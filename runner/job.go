@@ -39,6 +39,9 @@ type Summary struct {
 	SetupP99    float64                   `json:"network_setup_ms_p99"`
 	TeardownP50 float64                   `json:"network_teardown_ms_p50"`
 	TeardownP99 float64                   `json:"network_teardown_ms_p99"`
+	// ExitToGoneP50 is from the last task's exit to the namespace being
+	// gone (driver cleanup and teardown): where Nomad failed.
+	ExitToGoneP50 float64 `json:"exit_to_netns_gone_ms_p50"`
 	// TeardownRetries counts removals that found the namespace busy or
 	// had to retry; Holders are who held it.
 	TeardownRetries int      `json:"teardown_retries"`
@@ -124,7 +127,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	}
 	wg.Wait()
 
-	var setup, teardown []float64
+	var setup, teardown, gone []float64
 	for _, a := range allocs {
 		sum.ByStatus[a.Status]++
 		if a.Status != store.AllocComplete {
@@ -133,12 +136,16 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		if a.Network != nil && a.Network.NetnsPath != "" {
 			setup = append(setup, a.TimingsMS["netns"]+a.TimingsMS["add"])
 			teardown = append(teardown, a.TimingsMS["del"]+a.TimingsMS["remove"])
+			if v, ok := a.TimingsMS["exit_to_netns_gone"]; ok {
+				gone = append(gone, v)
+			}
 		}
 		sum.TeardownRetries += a.TeardownRetries
 		sum.Holders = append(sum.Holders, a.Holders...)
 	}
 	sum.SetupP50, sum.SetupP99 = percentile(setup, 50), percentile(setup, 99)
 	sum.TeardownP50, sum.TeardownP99 = percentile(teardown, 50), percentile(teardown, 99)
+	sum.ExitToGoneP50 = percentile(gone, 50)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	sum.Leaks = r.LeakCheck(lctx, allocs)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
@@ -58,6 +59,34 @@ type Runner struct {
 
 	dirsMu sync.Mutex
 	dirs   map[string][]string // job -> finished alloc dirs, oldest first
+
+	netMu sync.Mutex
+	nets  map[string]cachedNet
+}
+
+// cachedNet is a network configuration loaded from the config dir. It is
+// reused for a second: a launch of count allocations reads the config dir
+// once, while an edited file is still picked up by the next launch.
+type cachedNet struct {
+	net    *cni.Network
+	loaded time.Time
+}
+
+func (r *Runner) network(ctx context.Context, name string) (*cni.Network, error) {
+	r.netMu.Lock()
+	defer r.netMu.Unlock()
+	if c, ok := r.nets[name]; ok && time.Since(c.loaded) < time.Second {
+		return c.net, nil
+	}
+	n, err := cni.LoadNetwork(ctx, r.o.Attach.ConfDir(), name)
+	if err != nil {
+		return nil, err
+	}
+	if r.nets == nil {
+		r.nets = map[string]cachedNet{}
+	}
+	r.nets[name] = cachedNet{net: n, loaded: time.Now()}
+	return n, nil
 }
 
 // New returns a Runner.
@@ -197,10 +226,10 @@ func (a *allocRun) run(ctx context.Context) {
 		}
 		a.ip = "127.0.0.1"
 	}
+	// Recorded with the first task's handle, one write fewer.
 	a.mu.Lock()
 	a.alloc.Status = store.AllocRunning
 	a.mu.Unlock()
-	a.save(ctx)
 
 	taskStart := time.Now()
 	err := a.runTasks(ctx, netns)
@@ -245,7 +274,9 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 			return nil, err
 		}
 	default:
-		req.Network = netName
+		if req.Config, err = a.r.network(ctx, netName); err != nil {
+			return nil, fmt.Errorf("network setup: %w", err)
+		}
 	}
 	st, err := a.r.o.Attach.Setup(ctx, req)
 	if err != nil {

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -419,6 +421,21 @@ func (s *Store) Close() error {
 
 // Path is the db file's path.
 func (s *Store) Path() string { return s.path }
+
+// ID names this store among others on the host: berth marks its CNI
+// attachments with it (CNI_ARGS BERTH_STORE) so that a sweep by one berth
+// never takes another berth's attachments, with another data dir, for
+// orphans.
+func (s *Store) ID() string { return IDFor(filepath.Dir(s.path)) }
+
+// IDFor is the ID of the store in dataDir.
+func IDFor(dataDir string) string {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(dataDir)))
+	return hex.EncodeToString(sum[:6])
+}
 
 // view and update run fn in a read or durable write transaction once ctx is
 // checked; bbolt itself cannot be interrupted.

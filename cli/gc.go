@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/driver"
+	execdrv "github.com/berth/berth/driver/exec"
+	"github.com/berth/berth/driver/podman"
+	"github.com/berth/berth/gc"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/store"
+)
+
+func newGCCmd(g *Globals) *cobra.Command {
+	var dryRun bool
+	var prefixes, networks []string
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Reclaim what crashes, reboots and failed teardowns left: tasks of dead owners, namespaces, CNI cache entries, leases, iptables rules",
+		Long: `gc drives every unfinished attachment to a clean state and sweeps the host for
+berth's leftovers. It touches only what is provably berth's (its store, libcni
+cache entries carrying BERTH_ID, leases and iptables markers of berth's networks
+whose ID nobody knows) unless --foreign-prefix or --foreign-network name more.
+It exits 0 when it ran, even if it found things, and 1 if something could not
+be reclaimed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			opts := gc.Options{
+				DryRun:          dryRun,
+				IgnoreBackoff:   true,
+				ForeignPrefixes: prefixes,
+				ForeignNetworks: networks,
+				LockDir:         g.LockDir,
+				Logger:          g.Logger(),
+				StoreID:         store.IDFor(g.DataDir),
+			}
+			st, err := g.OpenStore(ctx)
+			switch {
+			case err == nil:
+				defer st.Close()
+				opts.Store = st
+				opts.Attach = g.Manager(st)
+			case errors.Is(err, store.ErrCorrupt):
+				// The host must still be swept: what the lost store knew
+				// is found through the cache and the markers.
+				opts.StoreErr = err
+				opts.Attach = g.managerWithoutStore()
+			default:
+				return err
+			}
+			opts.Drivers, opts.OpenDriver = g.gcDrivers()
+			rep, err := gc.Run(ctx, opts)
+			if rep != nil {
+				if perr := g.printGCReport(rep); perr != nil {
+					return perr
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Failed() {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&dryRun, "dry-run", false, "report what would be reclaimed and change nothing")
+	f.StringArrayVar(&prefixes, "foreign-prefix", nil, "also reclaim namespaces in --netns-dir whose name starts with this prefix (repeatable; e.g. for a host another orchestrator left dirty)")
+	f.StringArrayVar(&networks, "foreign-network", nil, "also reclaim attachments of this CNI network that berth has no record of (repeatable)")
+	return cmd
+}
+
+// managerWithoutStore is an attach.Manager for a store that cannot be
+// read: it can tidy networks, and knows no attachment.
+func (g *Globals) managerWithoutStore() *attach.Manager {
+	start, _ := proc.SelfStartTime()
+	return attach.New(attach.Options{
+		Netns:          netns.NewManager(g.NetnsDir),
+		CNI:            g.CNIClient(),
+		ConfDir:        g.CNIConfigDir,
+		Store:          gc.NoRecords{},
+		Logger:         g.Logger(),
+		LockDir:        g.LockDir,
+		OwnerPID:       os.Getpid(),
+		OwnerStartTime: start,
+	})
+}
+
+// gcDrivers gives gc the exec drivers, which cost nothing, and podman on
+// demand only: it may have to start a service.
+func (g *Globals) gcDrivers() (map[string]driver.Driver, func(context.Context, string) (driver.Driver, error)) {
+	log := g.Logger()
+	ds := map[string]driver.Driver{
+		execdrv.NameRawExec: execdrv.NewRawExec(execdrv.Options{Logger: log}),
+		execdrv.NameExec:    execdrv.NewExec(execdrv.Options{Logger: log}),
+	}
+	open := func(ctx context.Context, name string) (driver.Driver, error) {
+		if name == podman.Name {
+			return podman.New(ctx, podman.Options{DataDir: g.DataDir, Logger: log})
+		}
+		return nil, fmt.Errorf("%q: %w", name, driver.ErrUnknownDriver)
+	}
+	return ds, open
+}
+
+// ReplayPending finishes, in a quick command, what earlier berth processes
+// left half-done (see gc.ReplayPending). With nothing to do it reads the
+// store and /proc only.
+func (g *Globals) ReplayPending(ctx context.Context, st *store.Store, m *attach.Manager) {
+	ds, open := g.gcDrivers()
+	rep, err := gc.ReplayPending(ctx, gc.Options{Attach: m, Store: st, LockDir: g.LockDir, Drivers: ds, OpenDriver: open, Logger: g.Logger()})
+	if err != nil {
+		g.Logger().Warn("replaying pending work failed", "err", err)
+		return
+	}
+	if len(rep.Errors) > 0 {
+		g.Logger().Warn("pending work could not be finished; run `berth gc`", "errors", strings.Join(rep.Errors, "; "))
+	}
+}
+
+func (g *Globals) printGCReport(rep *gc.Report) error {
+	if g.JSON {
+		return g.PrintJSON(rep)
+	}
+	out := g.stdout
+	if rep.StoreUnavailable != "" {
+		fmt.Fprintf(out, "store unreadable: swept with host evidence only (libcni cache, leases, iptables markers); namespaces that still exist were kept\n  %s\n", rep.StoreUnavailable)
+	}
+	if rep.Reboot {
+		fmt.Fprintln(out, "reboot detected: no namespace of berth's attachments exists any more")
+	}
+	done := map[gc.Item]bool{}
+	for _, it := range rep.Reclaimed {
+		done[it] = true
+	}
+	state := func(it gc.Item) string {
+		switch {
+		case done[it]:
+			delete(done, it)
+			return "reclaimed"
+		case rep.DryRun:
+			return "would reclaim"
+		default:
+			return "FAILED"
+		}
+	}
+	type row struct {
+		it    gc.Item
+		state string
+	}
+	var rows []row
+	for _, it := range rep.Found {
+		rows = append(rows, row{it, state(it)})
+	}
+	// What followed from the reclaimed items: tidying, the GC verb.
+	for _, it := range rep.Reclaimed {
+		if done[it] {
+			rows = append(rows, row{it, "done"})
+		}
+	}
+	for _, it := range rep.Kept {
+		rows = append(rows, row{it, "kept"})
+	}
+	verb := "reclaimed"
+	if rep.DryRun {
+		verb = "would reclaim"
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(out, "nothing to reclaim (%.1f ms)\n", rep.DurationMS)
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tID\tNETWORK\tSTATE\tWHAT / WHY")
+	for _, r := range rows {
+		why := r.it.Reason
+		if r.it.Path != "" && !strings.Contains(why, r.it.Path) {
+			why = r.it.Path + ": " + why
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.it.Kind, dash(r.it.ID), dash(r.it.Network), r.state, why)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range rows {
+		if r.state == "reclaimed" || r.state == "would reclaim" {
+			n++
+		}
+	}
+	fmt.Fprintf(out, "found %d, %s %d, errors %d (%.1f ms)\n", len(rep.Found), verb, n, len(rep.Errors), rep.DurationMS)
+	for _, e := range rep.Errors {
+		fmt.Fprintf(out, "error: %s\n", e)
+	}
+	return nil
+}
+
+// Reconcile runs the whole garbage collection at the start of a berth
+// process that owns state (`berth run`): what a crashed berth left is
+// finished or undone before anything new starts. It logs what it reclaimed
+// and never fails the command: `berth gc` reports in detail.
+func (g *Globals) Reconcile(ctx context.Context, st *store.Store, m *attach.Manager) {
+	ds, open := g.gcDrivers()
+	rep, err := gc.Run(ctx, gc.Options{Attach: m, Store: st, LockDir: g.LockDir, Drivers: ds, OpenDriver: open,
+		Logger: g.Logger(), StoreID: st.ID()})
+	switch {
+	case err != nil:
+		g.Logger().Warn("reconcile at start failed; run `berth gc`", "err", err)
+	case len(rep.Errors) > 0:
+		g.Logger().Warn("reconcile at start could not reclaim everything; run `berth gc`", "errors", strings.Join(rep.Errors, "; "))
+	case len(rep.Reclaimed) > 0:
+		g.Logger().Info("reconciled what an earlier berth left", "reclaimed", len(rep.Reclaimed))
+	}
+}

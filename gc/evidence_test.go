@@ -1,0 +1,174 @@
+package gc
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/store"
+)
+
+func TestParseCacheEntry(t *testing.T) {
+	cases := []struct {
+		name  string
+		in    string
+		ok    bool
+		berth bool
+	}{
+		{"berth", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","netns":"/run/netns/a","cniArgs":[["IgnoreUnknown","1"],["BERTH_ID","a"]]}`, true, true},
+		{"foreign", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","cniArgs":[["K8S_POD_NAME","x"]]}`, true, false},
+		{"empty BERTH_ID", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","cniArgs":[["BERTH_ID",""]]}`, true, false},
+		{"other kind", `{"kind":"x","containerId":"a","ifName":"eth0","networkName":"n"}`, false, false},
+		{"no network", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0"}`, false, false},
+		{"not json", `garbage`, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, ok := parseCacheEntry([]byte(tc.in))
+			if ok != tc.ok || e.Berth != tc.berth {
+				t.Errorf("parseCacheEntry = %+v, %v; want ok %v berth %v", e, ok, tc.ok, tc.berth)
+			}
+		})
+	}
+}
+
+func TestParseMarker(t *testing.T) {
+	cases := []struct {
+		line, network, id string
+		ok                bool
+	}{
+		{`-A POSTROUTING -s 10.199.69.2/32 -m comment --comment "name: \"btgc-x\" id: \"btgc-x1\"" -j CNI-abfa5fc1fa7a76585d12738c`, "btgc-x", "btgc-x1", true},
+		{`-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"net\" id: \"c1\"" -m multiport --dports 28999 -j CNI-DN-abf`, "net", "c1", true},
+		{`-A CNI-FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-ADMIN`, "", "", false},
+	}
+	for _, tc := range cases {
+		n, id, ok := parseMarker(tc.line)
+		if n != tc.network || id != tc.id || ok != tc.ok {
+			t.Errorf("parseMarker(%q) = %q, %q, %v", tc.line, n, id, ok)
+		}
+	}
+}
+
+func TestParseFirewallIP(t *testing.T) {
+	cases := []struct {
+		line string
+		ip   string
+	}{
+		{"-A CNI-FORWARD -d 10.199.69.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", "10.199.69.2"},
+		{"-A CNI-FORWARD -s 10.199.69.2/32 -j ACCEPT", "10.199.69.2"},
+		{"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT", "fd00::2"},
+		{"-A CNI-FORWARD -s 10.199.69.0/24 -j ACCEPT", ""},
+		{"-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN", ""},
+		{"-A FORWARD -s 10.199.69.2/32 -j ACCEPT", ""},
+	}
+	for _, tc := range cases {
+		ip, ok := parseFirewallIP(tc.line)
+		got := ""
+		if ok {
+			got = ip.String()
+		}
+		if got != tc.ip {
+			t.Errorf("parseFirewallIP(%q) = %q, want %q", tc.line, got, tc.ip)
+		}
+	}
+}
+
+func TestReadLeases(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"10.0.0.2":           "c1\r\neth0",
+		"10.0.0.3":           "c2",
+		"fd00::4":            "c3\r\nnet1",
+		"lock":               "",
+		"last_reserved_ip.0": "10.0.0.3",
+	}
+	for n, c := range files {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := readLeases(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range ls {
+		got[l.IP.String()] = l.ID + "/" + l.IfName
+	}
+	want := map[string]string{"10.0.0.2": "c1/eth0", "10.0.0.3": "c2/", "fd00::4": "c3/net1"}
+	if len(got) != len(want) {
+		t.Fatalf("readLeases = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("lease %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if ls, err := readLeases(filepath.Join(dir, "missing")); err != nil || ls != nil {
+		t.Errorf("missing dir: %v, %v", ls, err)
+	}
+}
+
+// TestJudge covers the decision about each record without touching the host.
+func TestJudge(t *testing.T) {
+	self, selfStart := os.Getpid(), mustSelfStart(t)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, deadStart := cmd.Process.Pid, uint64(1)
+	now := time.Now()
+	running := &store.Allocation{ID: "live", Status: store.AllocRunning, OwnerPID: self, OwnerStartTime: selfStart}
+	doneDead := &store.Allocation{ID: "done", Status: store.AllocComplete, OwnerPID: dead, OwnerStartTime: deadStart}
+	allocs := map[string]*store.Allocation{"live": running, "done": doneDead}
+	gone := "/nonexistent/netns/x"
+
+	cases := []struct {
+		name     string
+		rec      store.Attachment
+		backoff  bool
+		wantAct  bool // torn down
+		wantKeep bool
+	}{
+		{"adding, owner alive: in flight", store.Attachment{Phase: store.PhaseAdding, OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
+		{"adding, owner dead", store.Attachment{Phase: store.PhaseAdding, OwnerPID: dead, OwnerStartTime: deadStart}, false, true, false},
+		{"intent, no owner", store.Attachment{Phase: store.PhaseIntent}, false, true, false},
+		{"tearing down, backing off", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, false, false, true},
+		{"tearing down, backoff ignored", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, true, true, false},
+		{"tearing down, due", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(-time.Second)}, false, true, false},
+		{"net up, namespace gone", store.Attachment{Phase: store.PhaseReady, NetnsPath: gone, OwnerPID: dead}, false, true, false},
+		{"alloc running, owner alive", store.Attachment{Phase: store.PhaseReady, NetnsPath: gone, AllocID: "live", OwnerPID: dead}, false, false, false},
+		{"alloc complete, owner dead", store.Attachment{Phase: store.PhaseReady, NetnsPath: gone, AllocID: "done", OwnerPID: self, OwnerStartTime: selfStart}, false, true, false},
+		{"alloc missing, owner dead", store.Attachment{Phase: store.PhaseReady, NetnsPath: gone, AllocID: "nope", OwnerPID: dead}, false, true, false},
+		{"alloc missing, owner alive", store.Attachment{Phase: store.PhaseReady, NetnsPath: gone, AllocID: "nope", OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := newRun(Options{Attach: attach.New(attach.Options{CNI: cni.NewClient(cni.Options{})}), IgnoreBackoff: tc.backoff, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := tc.rec
+			rec.ID = "x"
+			reason, keep := r.judge(&rec, allocs, true, map[string]bool{}, map[string]bool{})
+			act := reason != "" && !keep
+			if act != tc.wantAct || keep != tc.wantKeep {
+				t.Errorf("judge = %q, keep %v; want act %v keep %v", reason, keep, tc.wantAct, tc.wantKeep)
+			}
+		})
+	}
+}
+
+func mustSelfStart(t *testing.T) uint64 {
+	t.Helper()
+	s, err := proc.SelfStartTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

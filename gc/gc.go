@@ -1,0 +1,391 @@
+// Package gc reconciles berth's records with the host and reclaims what a
+// crash, a reboot or a failed teardown left behind: tasks of dead owners,
+// half-made or half-removed attachments, orphaned namespaces, libcni cache
+// entries, host-local leases and iptables rules.
+//
+// What is berth's is decided from evidence only, never from a name alone:
+// a record in berth's store, a libcni cache entry carrying BERTH_ID, or a
+// lease or iptables marker of one of berth's networks whose ID nobody
+// knows. Anything else is left alone unless the caller names it with a
+// foreign prefix or network.
+//
+// The sweep of a network runs under the network's exclusive lock (see
+// attach.LockNetwork) and reads the store only once it holds it: an ADD
+// takes the shared lock after its record is written, so an attachment in
+// flight is always known and never reclaimed.
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/store"
+)
+
+// Kinds of Item.
+const (
+	KindAllocOwner = "alloc-owner" // an allocation whose owning berth process is gone
+	KindAttachment = "attachment"  // a store record driven to a clean state
+	KindNetns      = "netns"       // a namespace berth made that nothing owns
+	KindCNICache   = "cni-cache"   // a libcni cache entry of berth's that nothing owns
+	KindCNIGC      = "cni-gc"      // the CNI GC verb sent to a network
+	KindLease      = "lease"       // a host-local lease of an unknown container ID
+	KindIptables   = "iptables"    // CNI rules and chains of an unknown ID
+	KindBridge     = "bridge"      // what a network keeps after its last attachment
+)
+
+// Item is one thing found, reclaimed or kept.
+type Item struct {
+	Kind    string `json:"kind"`
+	ID      string `json:"id,omitempty"`
+	Network string `json:"network,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Reason  string `json:"reason"`
+}
+
+// Report says what a run found and did. Reclaimed repeats the Found items
+// it reclaimed (equal values), and adds what followed from them (tidying,
+// the GC verb). Kept lists suspicious things left alone on purpose.
+type Report struct {
+	DryRun bool `json:"dry_run"`
+	// StoreUnavailable is why the store could not be read; the sweep then
+	// used host evidence only and kept every namespace that still exists.
+	StoreUnavailable string `json:"store_unavailable,omitempty"`
+	// Reboot is set when berth's attachments expect namespaces and none
+	// of them exists any more.
+	Reboot     bool     `json:"reboot_detected,omitempty"`
+	Found      []Item   `json:"found"`
+	Reclaimed  []Item   `json:"reclaimed"`
+	Kept       []Item   `json:"kept"`
+	Errors     []string `json:"errors"`
+	DurationMS float64  `json:"duration_ms"`
+}
+
+// Failed reports whether something found could not be reclaimed.
+func (r *Report) Failed() bool { return len(r.Errors) > 0 }
+
+// Options configure a run.
+type Options struct {
+	// Attach tears attachments down and tidies networks; required.
+	Attach *attach.Manager
+	// Store is berth's store. Nil means it is unreadable (StoreErr says
+	// why): the run then sweeps on host evidence only.
+	Store *store.Store
+	// StoreID identifies berth's attachments among other berths' on the
+	// host (store.IDFor(dataDir)); taken from Store when empty.
+	StoreID  string
+	StoreErr error
+	// CNI and ConfDir default to those of Attach.
+	CNI     *cni.Client
+	ConfDir string
+	// LockDir must be the lock dir Attach uses (attach.DefaultLockDir if empty).
+	LockDir string
+	// Drivers stop the tasks of allocations whose owner died, by name.
+	// A driver missing here is asked of OpenDriver (if set); without
+	// either, a task with a recorded PID is killed by PID and start time,
+	// and any other task is skipped with a warning (and its allocation's
+	// network kept, since the task may still use it).
+	Drivers    map[string]driver.Driver
+	OpenDriver func(ctx context.Context, name string) (driver.Driver, error)
+	// DryRun reports what would be reclaimed and changes nothing.
+	DryRun bool
+	// IgnoreBackoff retries pending teardowns now, even before their
+	// NextAttempt (an operator's explicit `berth gc`).
+	IgnoreBackoff bool
+	// ForeignPrefixes and ForeignNetworks name what is not berth's but
+	// may be reclaimed all the same: namespaces whose name starts with a
+	// prefix, attachments (cache entries, leases, rules) of a network.
+	ForeignPrefixes []string
+	ForeignNetworks []string
+	Logger          *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// TaskTimeout bounds the stop of one task (default 1 minute).
+	TaskTimeout time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.Attach == nil {
+		return errors.New("gc: Options.Attach is required")
+	}
+	if o.CNI == nil {
+		o.CNI = o.Attach.CNI()
+	}
+	if o.ConfDir == "" {
+		o.ConfDir = o.Attach.ConfDir()
+	}
+	if o.LockDir == "" {
+		o.LockDir = attach.DefaultLockDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.TaskTimeout <= 0 {
+		o.TaskTimeout = time.Minute
+	}
+	for _, p := range o.ForeignPrefixes {
+		if p == "" {
+			return errors.New("gc: empty foreign prefix would match every namespace")
+		}
+	}
+	return nil
+}
+
+// run is the state of one Run or ReplayPending.
+type run struct {
+	o     Options
+	log   *slog.Logger
+	rep   *Report
+	netns *netns.Manager
+	// touched are networks where something was reclaimed: they are
+	// tidied at the end. A nil value is resolved from the config dir.
+	touched map[string]*cni.Network
+	// handled are "network\x00id" attachments this run reclaimed (or
+	// would, in a dry run), so later steps do not report them twice.
+	handled map[string]bool
+	drivers map[string]driver.Driver
+	opened  []driver.Driver
+}
+
+func newRun(o Options) (*run, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	r := &run{
+		o:       o,
+		log:     o.Logger.With("component", "gc"),
+		rep:     &Report{DryRun: o.DryRun, Found: []Item{}, Reclaimed: []Item{}, Kept: []Item{}, Errors: []string{}},
+		netns:   o.Attach.Netns(),
+		touched: map[string]*cni.Network{},
+		handled: map[string]bool{},
+		drivers: map[string]driver.Driver{},
+	}
+	for k, v := range o.Drivers {
+		r.drivers[k] = v
+	}
+	if o.Store == nil {
+		why := "no store given"
+		if o.StoreErr != nil {
+			why = o.StoreErr.Error()
+		}
+		r.rep.StoreUnavailable = why
+	}
+	return r, nil
+}
+
+// Run reconciles and collects garbage: (0) stops the tasks of allocations
+// whose owner died, (1) drives every unfinished record to a clean state,
+// then, network by network under its exclusive lock, (2) removes
+// namespaces and (3) libcni cache entries of berth's that nothing owns,
+// (5) releases host-local leases and (6) removes CNI iptables rules of
+// unknown IDs, and (4) sends the CNI GC verb with the complete set of
+// valid attachments; finally it tidies the networks it reclaimed from.
+//
+// Problems with single objects are collected in Report.Errors and do not
+// stop the run; the error is for bad options and a cancelled ctx.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	r, err := newRun(o)
+	if err != nil {
+		return nil, err
+	}
+	defer r.closeDrivers(ctx)
+	if r.o.Store == nil {
+		r.log.Warn("store unavailable: sweeping with host evidence only; namespaces that still exist are kept", "reason", r.rep.StoreUnavailable)
+	}
+	r.checkReboot(ctx)
+	r.replay(ctx)
+	if err := ctx.Err(); err != nil {
+		return r.finish(start), err
+	}
+	r.sweep(ctx)
+	if err := ctx.Err(); err != nil {
+		return r.finish(start), err
+	}
+	r.tidy(ctx)
+	return r.finish(start), ctx.Err()
+}
+
+// ReplayPending runs the cheap steps only: allocations of dead owners, and
+// records not in a final phase (half-made setups, pending teardowns whose
+// NextAttempt has passed, attachments whose namespace or owner is gone).
+// It reads nothing but the store and /proc when there is nothing to do.
+func ReplayPending(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	o.IgnoreBackoff = false
+	r, err := newRun(o)
+	if err != nil {
+		return nil, err
+	}
+	defer r.closeDrivers(ctx)
+	r.replay(ctx)
+	if len(r.touched) > 0 {
+		r.tidy(ctx)
+	}
+	return r.finish(start), ctx.Err()
+}
+
+func (r *run) finish(start time.Time) *Report {
+	r.rep.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	if n := len(r.rep.Found); n > 0 || len(r.rep.Errors) > 0 {
+		r.log.Info("gc done", "dry_run", r.o.DryRun, "found", n, "reclaimed", len(r.rep.Reclaimed), "errors", len(r.rep.Errors), "duration_ms", r.rep.DurationMS)
+	} else {
+		r.log.Debug("gc done: nothing to reclaim", "duration_ms", r.rep.DurationMS)
+	}
+	return r.rep
+}
+
+func (r *run) found(it Item) {
+	r.rep.Found = append(r.rep.Found, it)
+	msg := "gc found garbage"
+	if r.o.DryRun {
+		msg = "gc would reclaim"
+	}
+	r.log.Info(msg, "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+}
+
+func (r *run) reclaimed(it Item) {
+	r.rep.Reclaimed = append(r.rep.Reclaimed, it)
+	if it.Kind == KindCNIGC {
+		// Sent on every run: not news.
+		r.log.Debug("gc sent CNI GC", "network", it.Network, "reason", it.Reason)
+		return
+	}
+	r.log.Info("gc reclaimed", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+}
+
+func (r *run) kept(it Item) {
+	r.rep.Kept = append(r.rep.Kept, it)
+	r.log.Info("gc kept", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+}
+
+func (r *run) fail(it Item, err error) {
+	msg := fmt.Sprintf("%s %s", it.Kind, it.ID)
+	if it.Network != "" {
+		msg += " (network " + it.Network + ")"
+	}
+	msg += ": " + err.Error()
+	r.rep.Errors = append(r.rep.Errors, msg)
+	r.log.Warn("gc could not reclaim", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "err", err)
+}
+
+func (r *run) errorf(format string, args ...any) {
+	err := fmt.Errorf(format, args...)
+	r.rep.Errors = append(r.rep.Errors, err.Error())
+	r.log.Warn("gc error", "err", err)
+}
+
+func handledKey(network, id string) string { return network + "\x00" + id }
+
+// touch marks a network for tidying. conf may be nil.
+func (r *run) touch(network string, conf *cni.Network) {
+	if network == "" {
+		return
+	}
+	if cur, ok := r.touched[network]; !ok || cur == nil {
+		r.touched[network] = conf
+	}
+}
+
+// tidy removes what the plugins keep by design (bridge, host-local dir,
+// shared chains) from networks this run reclaimed from, once they have no
+// attachment left. Networks berth never touched are left alone, even if
+// their bridge is unused: it may not be berth's.
+func (r *run) tidy(ctx context.Context) {
+	if r.o.DryRun || len(r.touched) == 0 {
+		return
+	}
+	var confs map[string]*cni.Network
+	names := make([]string, 0, len(r.touched))
+	for n := range r.touched {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		conf := r.touched[name]
+		if conf == nil {
+			if confs == nil {
+				confs = r.confDirNetworks(ctx)
+			}
+			conf = confs[name]
+		}
+		if conf == nil {
+			r.log.Debug("not tidying a network whose configuration is unknown", "network", name)
+			continue
+		}
+		tr, err := r.o.Attach.TidyNetwork(ctx, conf)
+		if err != nil {
+			r.errorf("tidy network %q: %w", name, err)
+		}
+		if tr == nil {
+			continue
+		}
+		for _, what := range tr.Removed {
+			kind := KindBridge
+			switch {
+			case strings.HasPrefix(what, "host-local"):
+				kind = KindLease
+			case strings.Contains(what, "tables"):
+				kind = KindIptables
+			}
+			r.reclaimed(Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: removed " + what})
+		}
+	}
+}
+
+// confDirNetworks loads the config dir; files that do not parse are
+// skipped (they are the operator's business, not gc's).
+func (r *run) confDirNetworks(ctx context.Context) map[string]*cni.Network {
+	out := map[string]*cni.Network{}
+	files, err := cni.ReadConfigDir(ctx, r.o.ConfDir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.log.Warn("cannot read the CNI config dir", "dir", r.o.ConfDir, "err", err)
+		}
+		return out
+	}
+	for _, f := range files {
+		if f.Err != nil || f.Network == nil {
+			continue
+		}
+		if _, ok := out[f.Network.Name()]; !ok {
+			out[f.Network.Name()] = f.Network
+		}
+	}
+	return out
+}
+
+func (r *run) closeDrivers(ctx context.Context) {
+	for _, d := range r.opened {
+		if err := d.Close(context.WithoutCancel(ctx)); err != nil {
+			r.log.Warn("close driver", "driver", d.Name(), "err", err)
+		}
+	}
+}
+
+// NoRecords stands in for a store that cannot be read, so that an
+// attach.Manager can still tidy networks: it knows no attachment and
+// refuses to record one.
+type NoRecords struct{}
+
+var errNoStore = errors.New("store unavailable")
+
+func (NoRecords) PutAttachment(context.Context, *store.Attachment) error { return errNoStore }
+func (NoRecords) GetAttachment(_ context.Context, id string) (*store.Attachment, error) {
+	return nil, fmt.Errorf("attachment %s: %w", id, store.ErrNotFound)
+}
+func (NoRecords) DeleteAttachment(context.Context, string) error               { return nil }
+func (NoRecords) ListAttachments(context.Context) ([]*store.Attachment, error) { return nil, nil }

@@ -1,0 +1,272 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/store"
+)
+
+// ownerAlive says whether the recorded berth process still runs. A record
+// without an owner has no process to wait for.
+func ownerAlive(pid int, start uint64) bool {
+	return pid > 0 && proc.Alive(pid, start)
+}
+
+func describeOwner(pid int, start uint64) string {
+	if pid <= 0 {
+		return "owner not recorded"
+	}
+	return fmt.Sprintf("owner berth pid %d (start %d) is gone", pid, start)
+}
+
+// replay is steps 0 and 1: stop the tasks of allocations whose owner is
+// gone, then drive every record that is not a live attachment to a clean
+// state through attach.Manager.Teardown.
+func (r *run) replay(ctx context.Context) {
+	if r.o.Store == nil {
+		return
+	}
+	allocs, err := r.o.Store.ListAllocations(ctx, store.AllocFilter{})
+	allocsOK := err == nil
+	if err != nil {
+		r.errorf("read allocations: %w (attachments of allocations are kept)", err)
+	}
+	byID := make(map[string]*store.Allocation, len(allocs))
+	// lost: allocations whose owner died and whose tasks are stopped (or,
+	// in a dry run, would be): their networks go. blocked: a task could
+	// not be stopped, so its network stays.
+	lost, blocked := map[string]bool{}, map[string]bool{}
+	for _, a := range allocs {
+		byID[a.ID] = a
+		if a.Status.Terminal() {
+			continue
+		}
+		if a.OwnerPID <= 0 {
+			r.kept(Item{Kind: KindAllocOwner, ID: a.ID, Reason: "allocation is " + string(a.Status) + " and has no recorded owner: cannot tell whether it runs"})
+			continue
+		}
+		if ownerAlive(a.OwnerPID, a.OwnerStartTime) {
+			continue
+		}
+		it := Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
+		r.found(it)
+		if r.o.DryRun {
+			lost[a.ID] = true
+			continue
+		}
+		if err := r.stopTasks(ctx, a); err != nil {
+			blocked[a.ID] = true
+			r.fail(it, err)
+			continue
+		}
+		if err := r.markLost(ctx, a.ID, it.Reason); err != nil {
+			r.fail(it, err)
+		}
+		lost[a.ID] = true
+		r.reclaimed(it)
+	}
+
+	recs, err := r.o.Store.ListAttachments(ctx)
+	if err != nil {
+		r.errorf("read attachments: %w", err)
+		return
+	}
+	for _, rec := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		reason, keep := r.judge(rec, byID, allocsOK, lost, blocked)
+		it := Item{Kind: KindAttachment, ID: rec.ID, Network: rec.Network, Path: rec.NetnsPath, Reason: reason}
+		if reason == "" {
+			continue
+		}
+		if keep {
+			r.kept(it)
+			continue
+		}
+		r.found(it)
+		r.handled[handledKey(rec.Network, rec.ID)] = true
+		if r.o.DryRun {
+			continue
+		}
+		if _, err := r.o.Attach.Teardown(ctx, rec.ID); err != nil {
+			r.fail(it, err)
+			continue
+		}
+		r.reclaimed(it)
+		// Tidy with what ADD used, which the config dir may no longer have.
+		conf, _ := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+		r.touch(rec.Network, conf)
+	}
+}
+
+// judge decides what becomes of one record: nothing (reason ""), kept
+// with a reason, or torn down for the reason given.
+func (r *run) judge(rec *store.Attachment, allocs map[string]*store.Allocation, allocsOK bool, lost, blocked map[string]bool) (reason string, keep bool) {
+	alive := ownerAlive(rec.OwnerPID, rec.OwnerStartTime)
+	switch rec.Phase {
+	case store.PhaseIntent, store.PhaseNetnsCreated, store.PhaseAdding:
+		if alive {
+			return "", false // a setup in flight
+		}
+		return fmt.Sprintf("half-made setup (phase %s) whose %s: undo it", rec.Phase, describeOwner(rec.OwnerPID, rec.OwnerStartTime)), false
+	case store.PhaseTearingDown:
+		if alive && rec.OwnerPID != os.Getpid() {
+			return "", false // its owner is tearing it down
+		}
+		if !r.o.IgnoreBackoff && r.o.Now().Before(rec.NextAttempt) {
+			return fmt.Sprintf("pending teardown (attempt %d failed: %s); next retry at %s", rec.TeardownAttempts, rec.LastError, rec.NextAttempt.Format(time.RFC3339)), true
+		}
+		if rec.TeardownAttempts > 0 {
+			return fmt.Sprintf("pending teardown, retry %d (last error: %s)", rec.TeardownAttempts+1, rec.LastError), false
+		}
+		return fmt.Sprintf("teardown interrupted (%s): finish it", describeOwner(rec.OwnerPID, rec.OwnerStartTime)), false
+	case store.PhaseReady:
+		pinned, _ := netns.IsPinned(rec.NetnsPath)
+		if rec.AllocID == "" {
+			// Made by `berth net up`: the user's until `net down`, as
+			// long as the namespace exists.
+			if pinned {
+				return "", false
+			}
+			return fmt.Sprintf("namespace %s is gone (reboot, or removed behind berth's back)", rec.NetnsPath), false
+		}
+		if !allocsOK {
+			return "", false
+		}
+		if blocked[rec.AllocID] {
+			return fmt.Sprintf("allocation %s has a task that could not be stopped: its network is kept", rec.AllocID), true
+		}
+		if lost[rec.AllocID] {
+			return fmt.Sprintf("allocation %s is lost (its owner is gone)", rec.AllocID), false
+		}
+		a := allocs[rec.AllocID]
+		switch {
+		case a == nil && alive:
+			return "", false
+		case a == nil:
+			return fmt.Sprintf("allocation %s no longer exists and the attachment's %s", rec.AllocID, describeOwner(rec.OwnerPID, rec.OwnerStartTime)), false
+		case a.Status.Terminal() && !ownerAlive(a.OwnerPID, a.OwnerStartTime):
+			return fmt.Sprintf("allocation %s is %s and its %s", a.ID, a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime)), false
+		}
+		return "", false
+	default:
+		if alive {
+			return "", false
+		}
+		return fmt.Sprintf("unknown phase %q and %s: tear it down", rec.Phase, describeOwner(rec.OwnerPID, rec.OwnerStartTime)), false
+	}
+}
+
+// stopTasks stops every task of an allocation whose owner died, from its
+// recorded handle. Tasks without a handle never started.
+func (r *run) stopTasks(ctx context.Context, a *store.Allocation) error {
+	var errs []error
+	for _, t := range a.Tasks {
+		if t.Handle == nil {
+			continue
+		}
+		name := t.Handle.Driver
+		if name == "" {
+			name = t.Driver
+		}
+		if err := r.stopTask(ctx, a.ID, t.Name, name, *t.Handle); err != nil {
+			errs = append(errs, fmt.Errorf("task %s: %w", t.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *run) stopTask(ctx context.Context, allocID, task, name string, h store.TaskHandle) error {
+	ctx, cancel := context.WithTimeout(ctx, r.o.TaskTimeout)
+	defer cancel()
+	log := r.log.With("alloc_id", allocID, "task", task, "driver", name)
+	d, err := r.driver(ctx, name)
+	if err != nil {
+		log.Warn("driver unavailable", "err", err)
+	}
+	if d != nil {
+		if err := d.Cleanup(ctx, h); err != nil {
+			return fmt.Errorf("%s driver cleanup: %w", name, err)
+		}
+		log.Info("stopped task of an allocation whose owner is gone", "pid", h.PID, "container", h.ContainerID+h.ContainerName)
+		return nil
+	}
+	if h.PID > 0 && h.PIDStartTime > 0 {
+		log.Warn("no driver to clean up the task: killing its recorded process only", "pid", h.PID)
+		return killRecorded(ctx, h.PID, h.PIDStartTime)
+	}
+	log.Warn("no driver to clean up the task and no recorded PID: skipped; its allocation's network is kept")
+	return fmt.Errorf("no %q driver to stop it: %w", name, driver.ErrUnknownDriver)
+}
+
+func (r *run) driver(ctx context.Context, name string) (driver.Driver, error) {
+	if d := r.drivers[name]; d != nil {
+		return d, nil
+	}
+	if r.o.OpenDriver == nil {
+		return nil, fmt.Errorf("%q: %w", name, driver.ErrUnknownDriver)
+	}
+	d, err := r.o.OpenDriver(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("open driver %q: %w", name, err)
+	}
+	if d == nil {
+		return nil, fmt.Errorf("%q: %w", name, driver.ErrUnknownDriver)
+	}
+	r.drivers[name] = d
+	r.opened = append(r.opened, d)
+	return d, nil
+}
+
+// killRecorded SIGKILLs pid only if it still started at start, and waits
+// until it is gone (a zombie counts as gone: it holds nothing).
+func killRecorded(ctx context.Context, pid int, start uint64) error {
+	err := proc.KillIfSame(pid, start, syscall.SIGKILL)
+	switch {
+	case errors.Is(err, proc.ErrNotFound), errors.Is(err, proc.ErrReused):
+		return nil
+	case err != nil:
+		return err
+	}
+	for proc.Alive(pid, start) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pid %d still alive after SIGKILL: %w", pid, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (r *run) markLost(ctx context.Context, id, reason string) error {
+	now := r.o.Now().UTC()
+	err := r.o.Store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
+		if a.Status.Terminal() {
+			return nil
+		}
+		a.Status = store.AllocLost
+		a.StatusDesc = "owning berth process died; tasks stopped by gc"
+		for i := range a.Tasks {
+			t := &a.Tasks[i]
+			if t.State != "dead" {
+				t.State, t.Failed, t.FinishedAt = "dead", true, now
+			}
+		}
+		a.Events = append(a.Events, store.Event{Time: now, Type: "Lost", Message: reason})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark allocation %s lost: %w", id, err)
+	}
+	return nil
+}
