@@ -1,17 +1,18 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/doctor"
+	"github.com/berth/berth/gc"
 )
 
 // DoctorOptions builds the doctor's inputs from the global flags. leaks
-// may be nil: the read-only BasicLeakFinder is used then (gc's dry run
-// replaces it once gc is wired in).
+// may be nil: the read-only BasicLeakFinder is used then.
 func (g *Globals) DoctorOptions(leaks doctor.LeakFinder) doctor.Options {
 	if leaks == nil {
 		leaks = doctor.BasicLeakFinder(doctor.BasicLeakOptions{
@@ -43,7 +44,7 @@ problem is printed with the command or setting that fixes it. Nothing is
 changed. Exit status 1 if any check fails; warnings do not fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep := doctor.Run(cmd.Context(), g.DoctorOptions(nil))
+			rep := doctor.Run(cmd.Context(), g.DoctorOptions(g.gcLeakFinder()))
 			if g.JSON {
 				if err := g.PrintJSON(rep); err != nil {
 					return err
@@ -56,6 +57,33 @@ changed. Exit status 1 if any check fails; warnings do not fail.`,
 			}
 			return nil
 		},
+	}
+}
+
+// gcLeakFinder reports what `berth gc --dry-run` would reclaim. When the
+// store cannot be opened (an agent owns it, or it is damaged) the
+// read-only BasicLeakFinder answers instead.
+func (g *Globals) gcLeakFinder() doctor.LeakFinder {
+	basic := doctor.BasicLeakFinder(doctor.BasicLeakOptions{
+		NetnsDir: g.NetnsDir, DataDir: g.DataDir, ConfDir: g.CNIConfigDir, CNICacheDir: g.CNICacheDir,
+	})
+	return func(ctx context.Context) ([]doctor.Finding, error) {
+		st, err := g.OpenStore(ctx)
+		if err != nil {
+			return basic(ctx)
+		}
+		defer st.Close()
+		ds, open := g.gcDrivers()
+		rep, err := gc.Run(ctx, gc.Options{Attach: g.Manager(st), Store: st, StoreID: st.ID(), LockDir: g.LockDir,
+			Drivers: ds, OpenDriver: open, DryRun: true, Logger: g.Logger()})
+		if err != nil {
+			return nil, err
+		}
+		var out []doctor.Finding
+		for _, it := range rep.Found {
+			out = append(out, doctor.Finding{Kind: string(it.Kind), ID: it.ID, Network: it.Network, Path: it.Path, Reason: it.Reason})
+		}
+		return out, nil
 	}
 }
 
