@@ -346,3 +346,45 @@ func TestRestartKeepsNetwork(t *testing.T) {
 	// Failed allocations are expected here; nothing may be left.
 	checkClean(t, e, sum)
 }
+
+// prohibit_overlap: a launch due while the previous one still runs is
+// skipped; without it, launches overlap.
+func TestProhibitOverlap(t *testing.T) {
+	for _, prohibit := range []bool{true, false} {
+		t.Run(strconv.FormatBool(prohibit), func(t *testing.T) {
+			e := newEnvTB(t, testenv.NetworkSpec{Subnet: "10.199.38.0/24"})
+			j := e.job(t, `job "overlap" {
+  type = "batch"
+  periodic {
+    crons            = ["*/1 * * * * * *"]
+    prohibit_overlap = `+strconv.FormatBool(prohibit)+`
+  }
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["2.5"]
+      }
+    }
+  }
+}`)
+			ctx := testenv.Context(t, time.Minute)
+			sum, err := e.r.RunJob(ctx, j, runner.RunOptions{MaxRuns: 3})
+			testenv.Must(t, err)
+			if prohibit && sum.Skipped == 0 {
+				t.Errorf("no launch skipped with prohibit_overlap: %+v", sum)
+			}
+			if !prohibit && sum.Skipped != 0 {
+				t.Errorf("launches skipped without prohibit_overlap: %+v", sum)
+			}
+			if sum.ByStatus[store.AllocComplete] != 3 {
+				t.Errorf("want 3 complete allocations: %v %v", sum.ByStatus, sum.Failed)
+			}
+		})
+	}
+}
