@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth/berth/jobspec"
@@ -81,15 +82,17 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		wg     sync.WaitGroup
 	)
 	sum := &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}
-	launch := func() *sync.WaitGroup {
-		var lw sync.WaitGroup
+	// launch starts every allocation of one launch; the counter it
+	// returns reaches zero when all of them have finished.
+	launch := func() *atomic.Int64 {
+		running := new(atomic.Int64)
 		for _, g := range job.Groups {
 			for i := 0; i < g.Count; i++ {
 				wg.Add(1)
-				lw.Add(1)
+				running.Add(1)
 				go func() {
 					defer wg.Done()
-					defer lw.Done()
+					defer running.Add(-1)
 					a := r.RunAlloc(ctx, job, g, i)
 					mu.Lock()
 					allocs = append(allocs, a)
@@ -101,13 +104,13 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			}
 		}
 		sum.Launches++
-		return &lw
+		return running
 	}
 
 	if job.Periodic == nil || !job.Periodic.Enabled {
-		launch().Wait()
+		launch()
 	} else {
-		var last *sync.WaitGroup
+		var last *atomic.Int64
 		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
 			next := job.Periodic.Next(o.Now())
 			if next.IsZero() {
@@ -116,14 +119,13 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			if !sleep(ctx, time.Until(next)) {
 				break
 			}
-			if job.Periodic.ProhibitOverlap && last != nil && !done(last) {
+			if job.Periodic.ProhibitOverlap && last != nil && last.Load() > 0 {
 				r.log.Info("periodic launch skipped: the previous one still runs (prohibit_overlap)", "job", job.ID, "at", next)
 				sum.Skipped++
 				continue
 			}
 			last = launch()
 		}
-		wg.Wait()
 	}
 	wg.Wait()
 
@@ -151,17 +153,6 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	sum.Leaks = r.LeakCheck(lctx, allocs)
 	sum.Duration = time.Since(start).Seconds()
 	return sum, nil
-}
-
-func done(wg *sync.WaitGroup) bool {
-	c := make(chan struct{})
-	go func() { wg.Wait(); close(c) }()
-	select {
-	case <-c:
-		return true
-	case <-time.After(time.Millisecond):
-		return false
-	}
 }
 
 func percentile(v []float64, p float64) float64 {
