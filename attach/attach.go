@@ -14,12 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -85,7 +85,7 @@ type Manager struct {
 	o     Options
 	log   *slog.Logger
 	obs   Observer
-	locks keyedMutex
+	locks keyed.Mutex
 }
 
 // New returns a Manager.
@@ -169,7 +169,7 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 	if err := netns.ValidateName(req.ID); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.lock(req.ID)
+	unlock := m.locks.Lock(req.ID)
 	defer unlock()
 
 	net, err := m.network(ctx, req)
@@ -402,7 +402,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	if err := netns.ValidateName(id); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -473,7 +473,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 	if err := netns.ValidateName(id); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	switch {
@@ -638,39 +638,4 @@ func RetryBackoff(n int) time.Duration {
 		d = 5 * time.Minute
 	}
 	return d
-}
-
-// keyedMutex serialises work per key without a global lock across keys.
-type keyedMutex struct {
-	mu sync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }

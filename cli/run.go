@@ -13,9 +13,6 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/driver"
-	execdrv "github.com/berth/berth/driver/exec"
-	"github.com/berth/berth/driver/podman"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
@@ -44,27 +41,7 @@ func (rf *RunnerFlags) bridge() runner.BridgeConfig {
 
 // Drivers builds the driver set; podman is started only when a task needs it.
 func (g *Globals) Drivers(rf *RunnerFlags) *runner.Drivers {
-	log := g.Logger()
-	return runner.NewDrivers(map[string]runner.DriverFactory{
-		execdrv.NameRawExec: {
-			New: func(context.Context) (driver.Driver, error) {
-				return execdrv.NewRawExec(execdrv.Options{Logger: log}), nil
-			},
-			Validate: execdrv.NewRawExec(execdrv.Options{Logger: log}).ValidateConfig,
-		},
-		execdrv.NameExec: {
-			New: func(context.Context) (driver.Driver, error) {
-				return execdrv.NewExec(execdrv.Options{Logger: log}), nil
-			},
-			Validate: execdrv.NewExec(execdrv.Options{Logger: log}).ValidateConfig,
-		},
-		podman.Name: {
-			New: func(ctx context.Context) (driver.Driver, error) {
-				return podman.New(ctx, podman.Options{Socket: rf.PodmanSocket, DataDir: g.DataDir, Logger: log})
-			},
-			Validate: func(cfg map[string]any) error { _, err := podman.ParseConfig(cfg); return err },
-		},
-	})
+	return runner.StandardDrivers(runner.StandardOptions{PodmanSocket: rf.PodmanSocket, DataDir: g.DataDir, Logger: g.Logger()})
 }
 
 // ParseJob parses and validates a job file against this node, its drivers
