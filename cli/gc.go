@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/driver"
 	execdrv "github.com/berth/berth/driver/exec"
@@ -50,6 +51,22 @@ be reclaimed.`,
 				defer st.Close()
 				opts.Store = st
 				opts.Attach = g.Manager(st)
+			case errors.Is(err, store.ErrLocked):
+				// An agent owns this data dir: it collects, with its store.
+				rep, handled, aerr := g.gcThroughAgent(ctx, api.GCRequest{DryRun: dryRun, ForeignPrefixes: prefixes, ForeignNetworks: networks})
+				if !handled {
+					return err
+				}
+				if aerr != nil {
+					return aerr
+				}
+				if perr := g.printGCReport(rep); perr != nil {
+					return perr
+				}
+				if rep.Failed() {
+					return exitCode(1)
+				}
+				return nil
 			case errors.Is(err, store.ErrCorrupt):
 				// The host must still be swept: what the lost store knew
 				// is found through the cache and the markers.

@@ -101,6 +101,10 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		newValidateCmd(g),
 		newRunCmd(g),
 		newDoctorCmd(g),
+		newAgentCmd(g),
+		newJobCmd(g),
+		newAllocCmd(g),
+		newNetnsCmd(g),
 	)
 	return root
 }

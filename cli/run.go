@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
@@ -162,7 +161,7 @@ stops running tasks, tears their networks down and prints the summary.`,
 			if err != nil {
 				return err
 			}
-			tidyNetworks(ctx, g, m, job, rf)
+			runner.TidyJobNetworks(ctx, m, job, rf.bridge(), g.Logger())
 			if g.JSON {
 				if err := g.PrintJSON(sum); err != nil {
 					return err
@@ -188,37 +187,6 @@ func exitCodes(a *store.Allocation) string {
 		c = append(c, fmt.Sprint(t.ExitCode))
 	}
 	return strings.Join(c, ",")
-}
-
-// tidyNetworks removes what the job's networks left by design (bridge,
-// shared chains) once berth has no attachment on them, so that a run
-// leaves the host as it found it.
-func tidyNetworks(ctx context.Context, g *Globals, m *attach.Manager, job *jobspec.Job, rf *RunnerFlags) {
-	ctx = context.WithoutCancel(ctx)
-	seen := map[string]bool{}
-	for _, gr := range job.Groups {
-		mode := gr.Network.Mode
-		if seen[mode] || mode == jobspec.NetworkHost || mode == "" {
-			continue
-		}
-		seen[mode] = true
-		var net *cni.Network
-		var err error
-		switch {
-		case mode == jobspec.NetworkBridge:
-			net, err = rf.bridge().ConfList()
-		case mode == jobspec.NetworkNone:
-			continue
-		default:
-			net, err = cni.LoadNetwork(ctx, g.CNIConfigDir, gr.Network.CNI)
-		}
-		if err == nil {
-			_, err = m.TidyNetwork(ctx, net)
-		}
-		if err != nil {
-			g.Logger().Warn("could not tidy network after the run", "mode", mode, "err", err)
-		}
-	}
 }
 
 func printSummary(g *Globals, s *runner.Summary) {

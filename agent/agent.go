@@ -1,0 +1,349 @@
+// Package agent is berth as a long-running service: it owns the data dir,
+// reconciles what a previous agent left at start, runs submitted jobs with
+// the runner, serves the HTTP API (unix socket, and TCP with a bearer
+// token) and /metrics, collects garbage periodically, and on shutdown
+// stops every task and tears every network down before it returns.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/internal/keyed"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/metrics"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
+)
+
+// ErrAgentRunning: another agent answers on the API socket.
+var ErrAgentRunning = errors.New("another berth agent is running")
+
+// Option tunes an Agent beyond its configuration.
+type Option func(*Agent)
+
+// WithVersion sets the version the API reports.
+func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+
+// WithBanner makes Run print where the agent listens and keeps its state,
+// once it is ready, to w.
+func WithBanner(w io.Writer) Option { return func(a *Agent) { a.banner = w } }
+
+// Agent is one berth agent. Create it with New and call Run once.
+type Agent struct {
+	cfg     Config
+	set     *settings
+	log     *slog.Logger
+	version string
+	banner  io.Writer
+	node    jobspec.NodeAttrs
+	ready   chan struct{}
+
+	// Set by Run before ready is closed, read-only afterwards.
+	st       *store.Store
+	m        *attach.Manager
+	drivers  *runner.Drivers
+	runner   *runner.Runner
+	met      *metrics.Metrics
+	started  time.Time
+	unixAddr string
+	tcpAddr  string
+	// jobsCtx is the parent of every job's context: it carries the
+	// values of Run's ctx but not its cancellation, since ending Run's
+	// ctx starts the drain, which cancels the jobs one by one.
+	jobsCtx context.Context
+
+	runOnce sync.Once
+	keys    keyed.Mutex // serialises submit and stop of one job ID
+	gcMu    sync.Mutex  // one garbage collection at a time
+	runs    sync.WaitGroup
+
+	mu       sync.Mutex // guards what follows
+	jobs     map[string]*jobRun
+	draining bool
+	lastGC   *api.GCReport
+}
+
+// New checks cfg and returns an agent; nothing is opened or started
+// until Run.
+func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
+	set, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	a := &Agent{
+		cfg: cfg, set: set, log: logger, version: "dev",
+		node: jobspec.LocalNode(), ready: make(chan struct{}), jobs: map[string]*jobRun{},
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	return a, nil
+}
+
+// NewLogger builds the logger the configuration asks for, writing to w.
+func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("%w: log_level %q: use debug, info, warn or error", ErrInvalidConfig, cfg.LogLevel)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: log_format %q: use text or json", ErrInvalidConfig, cfg.LogFormat)
+}
+
+// Ready is closed once the agent reconciled and serves its API.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// SocketPath is the API's unix socket; valid once Ready is closed.
+func (a *Agent) SocketPath() string { return a.unixAddr }
+
+// TCPAddr is the API's TCP address ("" without one); valid once Ready is
+// closed (it resolves a ":0" port).
+func (a *Agent) TCPAddr() string { return a.tcpAddr }
+
+// Run owns the data dir, reconciles, serves until ctx ends, then drains:
+// stops launching, stops every job's tasks (each within its kill_timeout),
+// tears their networks down, closes the drivers (a podman service berth
+// started) and the store. It returns nil after a clean drain.
+func (a *Agent) Run(ctx context.Context) error {
+	first := false
+	a.runOnce.Do(func() { first = true })
+	if !first {
+		return errors.New("agent: Run called twice")
+	}
+	a.started = time.Now()
+	cfg := a.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	st, err := store.Open(ctx, cfg.DataDir, store.Options{Logger: a.log, Retention: cfg.Retention})
+	if err != nil {
+		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
+	}
+	a.st = st
+	defer func() {
+		if err := st.Close(); err != nil {
+			a.log.Error("closing the store", "path", st.Path(), "err", err)
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.met = metrics.New(reg)
+	selfStart, err := proc.SelfStartTime()
+	if err != nil {
+		return fmt.Errorf("read this process's start time: %w", err)
+	}
+	a.m = attach.New(attach.Options{
+		Netns:    netns.NewManager(cfg.NetnsDir),
+		CNI:      cni.NewClient(cni.Options{PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Logger: a.log}),
+		ConfDir:  cfg.CNIConfigDir,
+		Store:    st,
+		Logger:   a.log,
+		Observer: a.met,
+		LockDir:  cfg.LockDir,
+		OwnerPID: os.Getpid(), OwnerStartTime: selfStart,
+	})
+	a.drivers = runner.StandardDrivers(runner.StandardOptions{PodmanSocket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: a.log})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := a.drivers.Close(cctx); err != nil {
+			a.log.Warn("closing drivers", "err", err)
+		}
+	}()
+	a.runner = runner.New(runner.Options{
+		Attach: a.m, Store: st, Drivers: a.drivers,
+		AllocDir: a.allocDir(), Bridge: a.bridge(), Node: a.node,
+		Logger: a.log, Metrics: a.met,
+		OwnerPID: os.Getpid(), OwnerStartTime: selfStart,
+		KeepAllocDirs: cfg.Retention,
+	})
+	a.jobsCtx = context.WithoutCancel(ctx)
+
+	// Reconcile before anything new starts: tasks a killed agent left,
+	// half-made and pending teardowns, and (gc_mode full) host leftovers.
+	if _, err := a.collect(ctx, "start", api.GCRequest{}, false); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("reconcile at start: %w", err)
+	}
+
+	ul, err := listenUnix(cfg.API.Socket, a.log)
+	if err != nil {
+		return err
+	}
+	a.unixAddr = cfg.API.Socket
+	defer ul.closeAndRemove()
+	var tl net.Listener
+	if cfg.API.TCPAddress != "" {
+		if tl, err = net.Listen("tcp", cfg.API.TCPAddress); err != nil {
+			return fmt.Errorf("listen on api.tcp_address %s: %w", cfg.API.TCPAddress, err)
+		}
+		a.tcpAddr = tl.Addr().String()
+	}
+
+	mux := a.routes()
+	serveErr := make(chan error, 2)
+	us := a.server(mux)
+	servers := []*http.Server{us}
+	go func() { serveErr <- serve(us, ul, "unix:"+cfg.API.Socket) }()
+	if tl != nil {
+		ts := a.server(a.requireToken(mux))
+		servers = append(servers, ts)
+		go func() { serveErr <- serve(ts, tl, "tcp:"+a.tcpAddr) }()
+	}
+
+	a.resumeJobs(ctx)
+
+	gcCtx, stopGC := context.WithCancel(a.jobsCtx)
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		a.gcLoop(gcCtx)
+	}()
+
+	close(a.ready)
+	a.printBanner()
+	a.log.Info("berth agent ready", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", cfg.DataDir, "pid", os.Getpid())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down: stopping jobs, tearing their networks down", "reason", context.Cause(ctx))
+	case err := <-serveErr:
+		runErr = fmt.Errorf("API server: %w", err)
+		a.log.Error("API server failed; shutting down", "err", err)
+	}
+
+	stopGC()
+	<-gcDone
+	a.drain()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(sctx)
+	}
+	a.log.Info("berth agent stopped")
+	return runErr
+}
+
+// drain stops launching and stops every job, waiting until each run has
+// stopped its tasks and torn its networks down.
+func (a *Agent) drain() {
+	a.mu.Lock()
+	a.draining = true
+	var running []*jobRun
+	for _, jr := range a.jobs {
+		if jr.cancel != nil {
+			running = append(running, jr)
+		}
+	}
+	a.mu.Unlock()
+	for _, jr := range running {
+		jr.cancel()
+	}
+	if len(running) > 0 {
+		a.log.Info("waiting for jobs to stop", "jobs", len(running))
+	}
+	a.runs.Wait()
+}
+
+func (a *Agent) isDraining() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.draining
+}
+
+func (a *Agent) allocDir() string { return filepath.Join(a.cfg.DataDir, "alloc") }
+
+func (a *Agent) bridge() runner.BridgeConfig {
+	return runner.BridgeConfig{Network: a.cfg.Bridge.Network, Bridge: a.cfg.Bridge.Iface, Subnet: a.cfg.Bridge.Subnet}
+}
+
+func (a *Agent) server(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func serve(s *http.Server, l net.Listener, what string) error {
+	err := s.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (a *Agent) printBanner() {
+	if a.banner == nil {
+		return
+	}
+	cfg := a.cfg
+	tcp := "(off)"
+	if a.tcpAddr != "" {
+		tcp = a.tcpAddr + " (bearer token required)"
+	}
+	gcEvery := "every " + cfg.GCInterval
+	if a.set.gcInterval == 0 {
+		gcEvery = "off (reconcile at start only)"
+	}
+	podmanSock := cfg.PodmanSocket
+	if podmanSock == "" {
+		podmanSock = filepath.Join(cfg.DataDir, "podman", "podman.sock") + " (started by berth when a task needs it)"
+	}
+	lines := [][2]string{
+		{"Version", a.version},
+		{"API socket", "unix://" + a.unixAddr + " (mode 0600)"},
+		{"API TCP", tcp},
+		{"Metrics", "GET /metrics on the API"},
+		{"Data dir", cfg.DataDir},
+		{"Netns dir", cfg.NetnsDir},
+		{"CNI config dir", cfg.CNIConfigDir},
+		{"CNI plugin path", strings.Join(cfg.CNIPath, ":")},
+		{"Bridge network", fmt.Sprintf("%s (%s, %s)", cfg.Bridge.Network, cfg.Bridge.Iface, cfg.Bridge.Subnet)},
+		{"Podman socket", podmanSock},
+		{"GC", fmt.Sprintf("%s, mode %s", gcEvery, cfg.GCMode)},
+		{"Retention", fmt.Sprintf("%d finished allocations per job", cfg.Retention)},
+		{"Log", cfg.LogLevel + ", " + cfg.LogFormat},
+	}
+	var b strings.Builder
+	b.WriteString("==> berth agent started! Log data will stream in below:\n\n")
+	for _, l := range lines {
+		fmt.Fprintf(&b, "%18s: %s\n", l[0], l[1])
+	}
+	b.WriteString("\n==> try: berth job run <file.nomad.hcl>; berth alloc ls; berth netns ls\n\n")
+	_, _ = io.WriteString(a.banner, b.String())
+}

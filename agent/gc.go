@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/gc"
+	"github.com/berth/berth/store"
+)
+
+// collect runs garbage collection (gc_mode full: gc.Run; records:
+// gc.ReplayPending) and records it in the metrics. why is "start",
+// "periodic" or "api"; force retries pending teardowns before their
+// backoff has passed (an operator asked).
+func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, force bool) (*api.GCReport, error) {
+	dryRun := req.DryRun
+	a.gcMu.Lock()
+	defer a.gcMu.Unlock()
+	o := gc.Options{
+		Attach:          a.m,
+		Store:           a.st,
+		LockDir:         a.cfg.LockDir,
+		Drivers:         map[string]driver.Driver{},
+		OpenDriver:      a.sharedDriver,
+		DryRun:          dryRun,
+		IgnoreBackoff:   force,
+		ForeignPrefixes: req.ForeignPrefixes,
+		ForeignNetworks: req.ForeignNetworks,
+		Logger:          a.log.With("gc", why),
+	}
+	for name, d := range a.drivers.Made() {
+		o.Drivers[name] = unclosable{d}
+	}
+	var rep *gc.Report
+	var err error
+	if a.cfg.GCMode == GCRecords {
+		rep, err = gc.ReplayPending(ctx, o)
+	} else {
+		rep, err = gc.Run(ctx, o)
+	}
+	if rep == nil {
+		if err == nil {
+			err = errors.New("gc returned no report")
+		}
+		a.met.GCRun(err, nil)
+		return nil, err
+	}
+	out := toAPIReport(rep)
+	if !dryRun {
+		reclaimed := map[string]int{}
+		for _, it := range rep.Reclaimed {
+			reclaimed[it.Kind]++
+		}
+		runErr := err
+		if runErr == nil && len(rep.Errors) > 0 {
+			runErr = errors.New(strings.Join(rep.Errors, "; "))
+		}
+		a.met.GCRun(runErr, reclaimed)
+		a.mu.Lock()
+		a.lastGC = out
+		a.mu.Unlock()
+	}
+	if len(rep.Reclaimed) > 0 || len(rep.Errors) > 0 {
+		a.log.Info("garbage collection", "gc", why, "dry_run", dryRun, "found", len(rep.Found),
+			"reclaimed", len(rep.Reclaimed), "errors", len(rep.Errors), "duration_ms", rep.DurationMS)
+	}
+	return out, err
+}
+
+// sharedDriver lends gc the agent's own driver (its podman service) for
+// stopping tasks of a dead agent; gc closes what it opens, so the loan
+// cannot be closed.
+func (a *Agent) sharedDriver(ctx context.Context, name string) (driver.Driver, error) {
+	d, err := a.drivers.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return unclosable{d}, nil
+}
+
+type unclosable struct{ driver.Driver }
+
+func (unclosable) Close(context.Context) error { return nil }
+
+func (a *Agent) gcLoop(ctx context.Context) {
+	if a.set.gcInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(a.set.gcInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := a.collect(ctx, "periodic", api.GCRequest{}, false); err != nil && ctx.Err() == nil {
+			a.log.Warn("periodic garbage collection failed", "err", err)
+		}
+	}
+}
+
+// refreshGauges sets the gauges that are read from the store rather than
+// counted as things happen: allocations by status and pending teardowns.
+func (a *Agent) refreshGauges(ctx context.Context) {
+	if allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{}); err == nil {
+		by := map[string]int{}
+		for _, s := range []store.AllocStatus{store.AllocPending, store.AllocRunning, store.AllocComplete, store.AllocFailed, store.AllocLost} {
+			by[string(s)] = 0
+		}
+		for _, al := range allocs {
+			by[string(al.Status)]++
+		}
+		a.met.SetAllocations(by)
+	}
+	if recs, err := a.st.ListAttachments(ctx); err == nil {
+		n := 0
+		for _, r := range recs {
+			if r.Phase == store.PhaseTearingDown {
+				n++
+			}
+		}
+		a.met.SetPendingTeardowns(n)
+	}
+}
+
+func toAPIReport(r *gc.Report) *api.GCReport {
+	conv := func(items []gc.Item) []api.GCItem {
+		out := make([]api.GCItem, 0, len(items))
+		for _, it := range items {
+			out = append(out, api.GCItem{Kind: it.Kind, ID: it.ID, Network: it.Network, Path: it.Path, Reason: it.Reason})
+		}
+		return out
+	}
+	errs := append([]string{}, r.Errors...)
+	return &api.GCReport{
+		DryRun: r.DryRun, StoreUnavailable: r.StoreUnavailable, Reboot: r.Reboot,
+		Found: conv(r.Found), Reclaimed: conv(r.Reclaimed), Kept: conv(r.Kept),
+		Errors: errs, DurationMS: r.DurationMS,
+	}
+}

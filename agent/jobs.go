@@ -1,0 +1,504 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
+)
+
+var (
+	// ErrJobNotFound: no job with that ID.
+	ErrJobNotFound = errors.New("no such job")
+	// ErrDraining: the agent is shutting down and launches nothing new.
+	ErrDraining = errors.New("agent is shutting down")
+	// ErrInvalidName: an ID or name with characters berth does not accept.
+	ErrInvalidName = errors.New("invalid name")
+)
+
+// maxNameLen bounds job IDs and task names accepted by the API.
+const maxNameLen = 128
+
+// validName accepts what can safely be a file name, a label value and a
+// log field: letters, digits, '-', '_' and '.', not "." or "..".
+func validName(kind, s string) error {
+	if s == "" || len(s) > maxNameLen || s == "." || s == ".." {
+		return fmt.Errorf("%w: %s %q: use 1 to %d letters, digits, '-', '_' or '.'", ErrInvalidName, kind, s, maxNameLen)
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return fmt.Errorf("%w: %s %q contains %q: use letters, digits, '-', '_' or '.'", ErrInvalidName, kind, s, r)
+		}
+	}
+	return nil
+}
+
+// jobRecord is what the store keeps of a submitted job: its source, so
+// that periodic and service jobs resume after a restart with the
+// validation of that day.
+type jobRecord struct {
+	ID          string     `json:"id"`
+	Source      string     `json:"source"`
+	Filename    string     `json:"filename"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	Status      string     `json:"status"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Error       string     `json:"error,omitempty"`
+}
+
+// jobRun is a job the agent knows, running or not. Fields are guarded by
+// Agent.mu.
+type jobRun struct {
+	rec     jobRecord
+	job     *jobspec.Job // nil if the stored source no longer parses
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the run has finished (nil if never started)
+	summary *runner.Summary
+	// stopping: a stop was asked (delete the record when done);
+	// replacing: a new submission waits for this run to end.
+	stopping, replacing bool
+}
+
+func (jr *jobRun) status() string {
+	switch {
+	case jr.cancel == nil:
+		return api.JobDead
+	case jr.stopping || jr.replacing:
+		return api.JobStopping
+	}
+	return api.JobRunning
+}
+
+// parseJob validates a job against this node, its drivers and CNI networks,
+// exactly as `berth run` does.
+func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
+	return jobspec.Parse(src, filename, jobspec.ParseOptions{
+		Node:    a.node,
+		Drivers: a.drivers.Validators(),
+		Network: func(name string) error {
+			_, err := cni.LoadNetwork(ctx, a.cfg.CNIConfigDir, name)
+			return err
+		},
+	})
+}
+
+func warnings(j *jobspec.Job) []string {
+	var out []string
+	for _, d := range j.Warnings {
+		out = append(out, d.String())
+	}
+	return out
+}
+
+func nextLaunches(j *jobspec.Job, n int) []time.Time {
+	if j.Periodic == nil || !j.Periodic.Enabled {
+		return nil
+	}
+	return j.Periodic.NextN(time.Now(), n)
+}
+
+// resumes reports whether a job that was running when the agent stopped
+// runs again at start: periodic and service jobs do; a batch job's
+// interrupted allocations are lost, and rerunning it could repeat work.
+func resumes(j *jobspec.Job) bool {
+	return j.Type == jobspec.TypeService || (j.Periodic != nil && j.Periodic.Enabled)
+}
+
+// resumeJobs loads the stored jobs and starts those that resume.
+func (a *Agent) resumeJobs(ctx context.Context) {
+	recs, err := a.st.ListJobs(ctx)
+	if err != nil {
+		a.log.Error("cannot read the stored jobs; none resumed", "err", err)
+		return
+	}
+	for _, sr := range recs {
+		var rec jobRecord
+		if err := json.Unmarshal(sr.Spec, &rec); err != nil || rec.ID != sr.ID {
+			a.log.Error("stored job is unreadable; skipped", "job", sr.ID, "err", err)
+			continue
+		}
+		log := a.log.With("job", rec.ID)
+		jr := &jobRun{rec: rec}
+		job, perr := a.parseJob(ctx, []byte(rec.Source), rec.Filename)
+		jr.job = job
+		if rec.Status == api.JobRunning {
+			switch {
+			case perr != nil:
+				jr.rec.Error = "could not resume after an agent restart: " + perr.Error()
+			case !resumes(job):
+				jr.rec.Error = "interrupted by an agent restart; batch jobs are not rerun (submit it again)"
+			}
+			if jr.rec.Error != "" {
+				now := time.Now()
+				jr.rec.Status, jr.rec.FinishedAt = api.JobDead, &now
+				a.putJob(ctx, jr.rec)
+				log.Warn("job not resumed", "reason", jr.rec.Error)
+			}
+		}
+		a.mu.Lock()
+		a.jobs[rec.ID] = jr
+		a.mu.Unlock()
+		if jr.rec.Status == api.JobRunning {
+			log.Info("resuming job after agent restart", "type", job.Type)
+			if err := a.start(jr); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) putJob(ctx context.Context, rec jobRecord) {
+	b, err := json.Marshal(rec)
+	if err == nil {
+		err = a.st.PutJob(context.WithoutCancel(ctx), rec.ID, b)
+	}
+	if err != nil {
+		a.log.Error("could not record job", "job", rec.ID, "err", err)
+	}
+}
+
+// start runs jr's job in its own goroutine, unless the agent drains.
+func (a *Agent) start(jr *jobRun) error {
+	ctx, cancel := context.WithCancel(a.jobsCtx)
+	a.mu.Lock()
+	if a.draining {
+		// Checked under the lock drain takes before it waits for the
+		// runs: no run is added once it waits.
+		a.mu.Unlock()
+		cancel()
+		return ErrDraining
+	}
+	jr.cancel, jr.done, jr.summary = cancel, make(chan struct{}), nil
+	done := jr.done
+	a.runs.Add(1)
+	a.mu.Unlock()
+	job := jr.job
+	log := a.log.With("job", job.ID)
+	go func() {
+		defer a.runs.Done()
+		defer close(done)
+		defer cancel()
+		log.Info("job started", "type", job.Type, "groups", len(job.Groups))
+		sum, err := a.runner.RunJob(ctx, job, runner.RunOptions{OnAlloc: func(al *store.Allocation) { a.allocDone(log, al) }})
+		natural := ctx.Err() == nil
+		if err != nil {
+			log.Error("job run failed", "err", err)
+		}
+		runner.TidyJobNetworks(ctx, a.m, job, a.bridge(), a.log)
+		a.finish(jr, sum, err, natural)
+	}()
+	return nil
+}
+
+// allocDone logs an allocation's end with everything an operator greps
+// for: alloc_id, job, netns and network.
+func (a *Agent) allocDone(log *slog.Logger, al *store.Allocation) {
+	attrs := []any{"alloc_id", al.ID, "group", al.Group, "status", al.Status}
+	if n := al.Network; n != nil {
+		attrs = append(attrs, "netns", n.NetnsPath, "network", n.Network, "ipv4", strings.Join(n.IPv4, ","))
+	}
+	var exits []string
+	for _, t := range al.Tasks {
+		exits = append(exits, fmt.Sprintf("%s=%d", t.Name, t.ExitCode))
+	}
+	attrs = append(attrs, "exit_codes", strings.Join(exits, ","),
+		"setup_ms", al.TimingsMS["netns"]+al.TimingsMS["add"], "teardown_ms", al.TimingsMS["del"]+al.TimingsMS["remove"])
+	if al.Status == store.AllocComplete {
+		log.Info("allocation finished", attrs...)
+		return
+	}
+	log.Warn("allocation finished", append(attrs, "desc", al.StatusDesc)...)
+}
+
+// finish records how a run ended. A stopped job is forgotten; one that
+// ended by itself is dead; one interrupted by the drain stays "running"
+// in the store so that it resumes at the next start.
+func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bool) {
+	log := a.log.With("job", jr.rec.ID)
+	if sum != nil {
+		by := map[string]int{}
+		for k, v := range sum.ByStatus {
+			by[string(k)] = v
+		}
+		log.Info("job finished", "launches", sum.Launches, "allocations", by, "teardown_retries", sum.TeardownRetries, "natural_end", natural)
+		if len(sum.Leaks) > 0 {
+			log.Error("job left things behind (gc retries them)", "leaks", strings.Join(sum.Leaks, "; "))
+		}
+	}
+	ctx := context.WithoutCancel(a.jobsCtx)
+	// Decided under the lock, written after it: submit and stop wait for
+	// this run's done, which closes only once finish has returned, so the
+	// store sees these writes before any newer one of the same job.
+	var del bool
+	var put *jobRecord
+	a.mu.Lock()
+	jr.cancel = nil
+	jr.summary = sum
+	switch {
+	case a.jobs[jr.rec.ID] != jr:
+	case jr.stopping:
+		delete(a.jobs, jr.rec.ID)
+		del = true
+	case a.draining && !natural:
+		// Stays "running" in the store: it resumes at the next start.
+	default:
+		now := time.Now()
+		jr.rec.Status, jr.rec.FinishedAt = api.JobDead, &now
+		if runErr != nil {
+			jr.rec.Error = runErr.Error()
+		} else if jr.replacing {
+			jr.rec.Error = "replaced by a new submission"
+		}
+		rec := jr.rec
+		put = &rec
+	}
+	a.mu.Unlock()
+	if del {
+		if err := a.st.DeleteJob(ctx, jr.rec.ID); err != nil {
+			log.Error("could not delete stopped job", "err", err)
+		}
+	}
+	if put != nil {
+		a.putJob(ctx, *put)
+	}
+}
+
+// submit parses and starts a job, replacing a running one with the same
+// ID (stopped first, its networks torn down).
+func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	if err != nil {
+		return nil, err
+	}
+	if err := validName("job ID", job.ID); err != nil {
+		return nil, err
+	}
+	unlock := a.keys.Lock(job.ID)
+	defer unlock()
+	if a.isDraining() {
+		return nil, ErrDraining
+	}
+	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+
+	a.mu.Lock()
+	old := a.jobs[job.ID]
+	var oldDone chan struct{}
+	if old != nil && old.cancel != nil {
+		old.replacing = true
+		old.cancel()
+		oldDone = old.done
+		resp.Replaced = true
+	}
+	a.mu.Unlock()
+	if oldDone != nil {
+		a.log.Info("replacing running job: stopping the old one", "job", job.ID)
+		if err := a.wait(ctx, oldDone); err != nil {
+			return nil, fmt.Errorf("job %s: the previous version is still stopping (%w); submit again once `berth job status %s` says dead", job.ID, err, job.ID)
+		}
+	}
+	if a.isDraining() {
+		return nil, ErrDraining
+	}
+
+	jr := &jobRun{job: job, rec: jobRecord{
+		ID: job.ID, Source: req.JobHCL, Filename: req.Filename, SubmittedAt: time.Now().UTC(), Status: api.JobRunning,
+	}}
+	b, err := json.Marshal(jr.rec)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
+	}
+	if err := a.st.PutJob(ctx, job.ID, b); err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	a.mu.Lock()
+	a.jobs[job.ID] = jr
+	a.mu.Unlock()
+	if err := a.start(jr); err != nil {
+		// Recorded as running: it starts with the next agent.
+		return nil, err
+	}
+	return resp, nil
+}
+
+// wait waits for done, at most stop_timeout and as long as ctx lasts.
+func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
+	t := time.NewTimer(a.set.stopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("stop_timeout %s passed", a.set.stopTimeout)
+	}
+}
+
+// plan parses a job and says what submitting it would do.
+func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	if err != nil {
+		return nil, err
+	}
+	if err := validName("job ID", job.ID); err != nil {
+		return nil, err
+	}
+	resp := &api.JobPlanResponse{Job: job, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	a.mu.Lock()
+	if jr := a.jobs[job.ID]; jr != nil {
+		resp.Exists, resp.Running = true, jr.cancel != nil
+	}
+	a.mu.Unlock()
+	return resp, nil
+}
+
+// stop stops a job and forgets it. It waits for the tasks and networks
+// to be gone up to stop_timeout; stopped is false if it gave up waiting
+// (the job goes on stopping and is forgotten when done).
+func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, error) {
+	if err := validName("job ID", id); err != nil {
+		return nil, err
+	}
+	unlock := a.keys.Lock(id)
+	defer unlock()
+	a.mu.Lock()
+	jr := a.jobs[id]
+	if jr == nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	if jr.cancel == nil {
+		// Not running: forget it now.
+		delete(a.jobs, id)
+		sum := jr.summary
+		a.mu.Unlock()
+		if err := a.st.DeleteJob(ctx, id); err != nil {
+			return nil, err
+		}
+		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: sum}, nil
+	}
+	jr.stopping = true
+	jr.cancel()
+	done := jr.done
+	a.mu.Unlock()
+	a.log.Info("stopping job", "job", id)
+	resp := &api.JobStopResponse{JobID: id}
+	if err := a.wait(ctx, done); err != nil {
+		a.log.Warn("job still stopping; it is forgotten once its tasks and networks are gone", "job", id, "err", err)
+		return resp, nil
+	}
+	a.mu.Lock()
+	resp.Stopped, resp.Summary = true, jr.summary
+	a.mu.Unlock()
+	return resp, nil
+}
+
+func (a *Agent) allocCounts(ctx context.Context, job string) (map[string]int, []*store.Allocation, error) {
+	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	if err != nil {
+		return nil, nil, err
+	}
+	by := map[string]int{}
+	for _, al := range allocs {
+		by[string(al.Status)]++
+	}
+	return by, allocs, nil
+}
+
+// stubLocked describes jr; the caller holds a.mu.
+func stubLocked(jr *jobRun) api.JobStub {
+	s := api.JobStub{
+		ID: jr.rec.ID, Status: jr.status(), SubmittedAt: jr.rec.SubmittedAt,
+		FinishedAt: jr.rec.FinishedAt, Error: jr.rec.Error,
+	}
+	if j := jr.job; j != nil {
+		s.Type, s.Namespace = j.Type, j.Namespace
+		if j.Periodic != nil {
+			s.Periodic = j.Periodic.Crons
+			if s.Status == api.JobRunning && j.Periodic.Enabled {
+				if t := j.Periodic.Next(time.Now()); !t.IsZero() {
+					s.NextLaunch = &t
+				}
+			}
+		}
+	}
+	return s
+}
+
+// listJobs returns every job the agent knows, sorted by ID.
+func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
+	a.mu.Lock()
+	stubs := make([]api.JobStub, 0, len(a.jobs))
+	for _, jr := range a.jobs {
+		stubs = append(stubs, stubLocked(jr))
+	}
+	a.mu.Unlock()
+	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	if err != nil {
+		return nil, err
+	}
+	perJob := map[string]map[string]int{}
+	for _, al := range allocs {
+		if perJob[al.JobID] == nil {
+			perJob[al.JobID] = map[string]int{}
+		}
+		perJob[al.JobID][string(al.Status)]++
+	}
+	for i := range stubs {
+		stubs[i].Allocations = perJob[stubs[i].ID]
+		if stubs[i].Allocations == nil {
+			stubs[i].Allocations = map[string]int{}
+		}
+	}
+	sort.Slice(stubs, func(i, j int) bool { return stubs[i].ID < stubs[j].ID })
+	return stubs, nil
+}
+
+// jobStatus is a job's summary, its spec and its allocations.
+func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error) {
+	if err := validName("job ID", id); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	jr := a.jobs[id]
+	var st api.JobStatus
+	if jr != nil {
+		st.JobStub, st.Job, st.Summary = stubLocked(jr), jr.job, jr.summary
+	}
+	a.mu.Unlock()
+	if jr == nil {
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	by, allocs, err := a.allocCounts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	st.JobStub.Allocations = by
+	st.Allocations = make([]api.AllocStub, 0, len(allocs))
+	for _, al := range allocs {
+		st.Allocations = append(st.Allocations, api.NewAllocStub(al))
+	}
+	return &st, nil
+}
+
+func (a *Agent) jobCounts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	by := map[string]int{}
+	for _, jr := range a.jobs {
+		by[jr.status()]++
+	}
+	return by
+}

@@ -1,0 +1,312 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/store"
+)
+
+// ErrNoAgent is matched (errors.Is) when nothing answers at the address:
+// no socket file, connection refused. Callers that can work without an
+// agent (berth gc, berth netns ls) fall back to local then.
+var ErrNoAgent = errors.New("no berth agent answers")
+
+// Error is an error the agent returned: the HTTP status and its message.
+type Error struct {
+	StatusCode  int
+	Message     string
+	Diagnostics []jobspec.Diagnostic
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("agent returned %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// IsNotFound reports whether err is the agent's 404.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.StatusCode == http.StatusNotFound
+}
+
+// Client talks to one agent.
+type Client struct {
+	addr  string
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// NewClient returns a client of the agent at address: "unix:///path" or an
+// absolute socket path, or "http://host:port" (a bare "host:port" means
+// http). token is sent as a bearer token when not empty; the agent
+// requires it on TCP.
+func NewClient(address, token string) (*Client, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	c := &Client{addr: address, token: token}
+	switch {
+	case strings.HasPrefix(address, "unix://") || strings.HasPrefix(address, "/"):
+		path := strings.TrimPrefix(address, "unix://")
+		if path == "" || !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("agent address %q: a unix socket needs an absolute path, e.g. %s", address, DefaultAddress)
+		}
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", path)
+			},
+			DisableCompression: true,
+		}
+		c.hc = &http.Client{Transport: tr}
+		// The host is never resolved; it only has to be valid.
+		c.base = "http://berth-agent"
+	case strings.HasPrefix(address, "http://") || strings.HasPrefix(address, "https://"):
+		u, err := url.Parse(address)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("agent address %q: not a URL with a host", address)
+		}
+		c.base = strings.TrimSuffix(u.String(), "/")
+		c.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	default:
+		if _, _, err := net.SplitHostPort(address); err != nil {
+			return nil, fmt.Errorf("agent address %q: use unix:///path/to/berth.sock or http://host:port", address)
+		}
+		c.base = "http://" + address
+		c.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	return c, nil
+}
+
+// Address is the address the client was made with.
+func (c *Client) Address() string { return c.addr }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Do sends a request and returns the response as is, whatever its status
+// (for tests and for routes without a typed method). A nil body sends none.
+func (c *Client) Do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("agent request %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if isNoAgent(err) {
+			return nil, fmt.Errorf("%w at %s: %v", ErrNoAgent, c.addr, err)
+		}
+		return nil, fmt.Errorf("agent at %s: %s %s: %w", c.addr, method, path, err)
+	}
+	return resp, nil
+}
+
+func isNoAgent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
+}
+
+// call sends in (JSON, unless nil) and decodes a 2xx answer into out
+// (unless nil); any other status becomes an *Error.
+func (c *Client) call(ctx context.Context, method, path string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	resp, err := c.Do(ctx, method, path, body)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp); err != nil {
+		return resp.StatusCode, err
+	}
+	if out == nil {
+		return resp.StatusCode, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return resp.StatusCode, fmt.Errorf("agent at %s: decode answer to %s %s: %w", c.addr, method, path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+func checkStatus(resp *http.Response) error {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
+	var er ErrorResponse
+	if json.Unmarshal(b, &er) != nil || er.Error == "" {
+		er.Error = strings.TrimSpace(string(b))
+		if er.Error == "" {
+			er.Error = http.StatusText(resp.StatusCode)
+		}
+	}
+	return &Error{StatusCode: resp.StatusCode, Message: er.Error, Diagnostics: er.Diagnostics}
+}
+
+// Health asks whether the agent runs; a draining agent is an *Error 503.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	_, err := c.call(ctx, http.MethodGet, "/v1/health", nil, &h)
+	return &h, err
+}
+
+// Self describes the agent and its configuration.
+func (c *Client) Self(ctx context.Context) (*AgentSelf, error) {
+	var s AgentSelf
+	_, err := c.call(ctx, http.MethodGet, "/v1/agent/self", nil, &s)
+	return &s, err
+}
+
+// SubmitJob submits a job file's text; filename is used in error positions.
+func (c *Client) SubmitJob(ctx context.Context, src []byte, filename string) (*JobSubmitResponse, error) {
+	var r JobSubmitResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/jobs", JobSubmitRequest{JobHCL: string(src), Filename: filename}, &r)
+	return &r, err
+}
+
+// PlanJob parses a job file and says what submitting it would do, without
+// doing it.
+func (c *Client) PlanJob(ctx context.Context, src []byte, filename string) (*JobPlanResponse, error) {
+	var r JobPlanResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/jobs/plan", JobSubmitRequest{JobHCL: string(src), Filename: filename}, &r)
+	return &r, err
+}
+
+// Jobs lists the jobs the agent knows.
+func (c *Client) Jobs(ctx context.Context) ([]JobStub, error) {
+	var r []JobStub
+	_, err := c.call(ctx, http.MethodGet, "/v1/jobs", nil, &r)
+	return r, err
+}
+
+// Job returns a job's status and its allocations.
+func (c *Client) Job(ctx context.Context, id string) (*JobStatus, error) {
+	var r JobStatus
+	_, err := c.call(ctx, http.MethodGet, "/v1/job/"+url.PathEscape(id), nil, &r)
+	return &r, err
+}
+
+// StopJob stops a job (its tasks and networks) and forgets it.
+func (c *Client) StopJob(ctx context.Context, id string) (*JobStopResponse, error) {
+	var r JobStopResponse
+	_, err := c.call(ctx, http.MethodDelete, "/v1/job/"+url.PathEscape(id), nil, &r)
+	return &r, err
+}
+
+// Allocations lists allocations, newest first; job "" means all jobs.
+func (c *Client) Allocations(ctx context.Context, job string) ([]AllocStub, error) {
+	path := "/v1/allocations"
+	if job != "" {
+		path += "?job=" + url.QueryEscape(job)
+	}
+	var r []AllocStub
+	_, err := c.call(ctx, http.MethodGet, path, nil, &r)
+	return r, err
+}
+
+// Allocation returns one allocation; id may be a unique prefix.
+func (c *Client) Allocation(ctx context.Context, id string) (*store.Allocation, error) {
+	var r store.Allocation
+	_, err := c.call(ctx, http.MethodGet, "/v1/allocation/"+url.PathEscape(id), nil, &r)
+	return &r, err
+}
+
+// AllocLogs returns a task's stdout (or stderr), the last tail bytes of it
+// when tail > 0.
+func (c *Client) AllocLogs(ctx context.Context, allocID, task string, stderr bool, tail int64) ([]byte, error) {
+	q := url.Values{}
+	if stderr {
+		q.Set("type", "stderr")
+	}
+	if tail > 0 {
+		q.Set("tail", strconv.FormatInt(tail, 10))
+	}
+	path := "/v1/allocation/" + url.PathEscape(allocID) + "/logs/" + url.PathEscape(task)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	resp, err := c.Do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("agent at %s: read logs of %s/%s: %w", c.addr, allocID, task, err)
+	}
+	return b, nil
+}
+
+// Namespaces lists the namespaces of the agent's netns dir with their
+// holders.
+func (c *Client) Namespaces(ctx context.Context) ([]attach.NetEntry, error) {
+	var r []attach.NetEntry
+	_, err := c.call(ctx, http.MethodGet, "/v1/namespaces", nil, &r)
+	return r, err
+}
+
+// GC runs garbage collection in the agent now.
+func (c *Client) GC(ctx context.Context, req GCRequest) (*GCReport, error) {
+	q := url.Values{}
+	if req.DryRun {
+		q.Set("dry_run", "true")
+	}
+	for _, p := range req.ForeignPrefixes {
+		q.Add("foreign_prefix", p)
+	}
+	for _, n := range req.ForeignNetworks {
+		q.Add("foreign_network", n)
+	}
+	path := "/v1/gc"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var r GCReport
+	_, err := c.call(ctx, http.MethodPost, path, nil, &r)
+	return &r, err
+}
+
+// Metrics returns the agent's Prometheus metrics in the text format.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	resp, err := c.Do(ctx, http.MethodGet, "/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}

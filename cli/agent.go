@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/berth/berth/agent"
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/gc"
+)
+
+func newAgentCmd(g *Globals) *cobra.Command {
+	var file string
+	d := agent.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "agent [-config FILE] [flags]",
+		Short: "Run berth as a service: run submitted jobs, serve the HTTP API and /metrics, collect garbage",
+		Long: `Run berth as a long-running agent. It owns the data dir, reconciles what a
+previous agent left (tasks of a killed agent, half-made or pending teardowns),
+resumes periodic and service jobs, serves the HTTP API on a unix socket (mode
+0600) and optionally on TCP with a bearer token, and collects garbage
+periodically. SIGTERM or SIGINT drains: no new launches, every task stopped
+within its kill_timeout, every network torn down, exit 0.
+
+Settings come from the HCL file given with -config (see
+examples/agent/berth.hcl); every setting is also a flag, and a flag given on
+the command line wins over the file. Both -config and --config are accepted.`,
+		// Checked after parsing: flags arrive as arguments.
+		Args: cobra.ArbitraryArgs,
+		// Parsed in RunE, so that Go-style single-dash long flags
+		// (-config) work as Nomad's do.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// cobra's ParseFlags does nothing with DisableFlagParsing;
+			// InheritedFlags merges the global flags into Flags first.
+			cmd.InheritedFlags()
+			if err := cmd.Flags().Parse(longFlags(cmd, args)); err != nil {
+				if errors.Is(err, pflag.ErrHelp) {
+					return cmd.Help()
+				}
+				return err
+			}
+			if help, _ := cmd.Flags().GetBool("help"); help {
+				return cmd.Help()
+			}
+			if rest := cmd.Flags().Args(); len(rest) > 0 {
+				return fmt.Errorf("berth agent takes no arguments, got %q", rest)
+			}
+			cfg := agent.DefaultConfig()
+			if file != "" {
+				var err error
+				if cfg, err = agent.LoadConfig(file); err != nil {
+					return err
+				}
+			}
+			applyAgentFlags(cmd.Flags(), g, &cfg)
+			logger, err := agent.NewLogger(cfg, g.stderr)
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(cfg, logger, agent.WithVersion(Version), agent.WithBanner(g.stdout))
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "config", "", "HCL configuration file (settings given as flags win over it)")
+	f.String("socket", d.API.Socket, "API unix socket (mode 0600)")
+	f.String("tcp-address", "", "also serve the API on this TCP address (host:port); needs a token")
+	f.String("token-file", "", "file holding the bearer token the TCP API requires")
+	f.String("podman-socket", "", "podman service socket (default: berth starts its own under the data dir when a task needs it)")
+	f.String("bridge-network", d.Bridge.Network, "CNI network name of network mode \"bridge\"")
+	f.String("bridge-iface", d.Bridge.Iface, "bridge interface of network mode \"bridge\"")
+	f.String("bridge-subnet", d.Bridge.Subnet, "subnet of network mode \"bridge\"")
+	f.String("gc-interval", d.GCInterval, "how often garbage collection runs (0: only the reconcile at start)")
+	f.String("gc-mode", d.GCMode, "garbage collection scope: full (records and host sweep) or records (this data dir's records only)")
+	f.Int("retention", d.Retention, "finished allocations (records and log dirs) kept per job")
+	f.String("stop-timeout", d.StopTimeout, "how long a job stop request waits for tasks and networks to be gone")
+	return cmd
+}
+
+// longFlags turns Go-style single-dash long flags ("-config x",
+// "-data-dir=x") into pflag's double-dash form. Shorthands (-h) and
+// anything after "--" are left alone.
+func longFlags(cmd *cobra.Command, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
+			name, _, _ := strings.Cut(a[1:], "=")
+			if cmd.Flags().Lookup(name) != nil || cmd.InheritedFlags().Lookup(name) != nil {
+				a = "-" + a
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// applyAgentFlags overrides cfg with the flags given on the command line
+// (the global ones included); defaults never override the file.
+func applyAgentFlags(f *pflag.FlagSet, g *Globals, cfg *agent.Config) {
+	str := func(name string, dst *string) {
+		if f.Changed(name) {
+			*dst, _ = f.GetString(name)
+		}
+	}
+	if f.Changed("data-dir") {
+		cfg.DataDir = g.DataDir
+	}
+	if f.Changed("netns-dir") {
+		cfg.NetnsDir = g.NetnsDir
+	}
+	if f.Changed("lock-dir") {
+		cfg.LockDir = g.LockDir
+	}
+	if f.Changed("cni-config-dir") {
+		cfg.CNIConfigDir = g.CNIConfigDir
+	}
+	if f.Changed("cni-path") {
+		cfg.CNIPath = g.PluginPath()
+	}
+	if f.Changed("cni-cache-dir") {
+		cfg.CNICacheDir = g.CNICacheDir
+	}
+	if f.Changed("log-level") {
+		cfg.LogLevel = g.LogLevel
+	}
+	if f.Changed("log-format") {
+		cfg.LogFormat = g.LogFormat
+	}
+	str("socket", &cfg.API.Socket)
+	str("tcp-address", &cfg.API.TCPAddress)
+	str("token-file", &cfg.API.TokenFile)
+	str("podman-socket", &cfg.PodmanSocket)
+	str("bridge-network", &cfg.Bridge.Network)
+	str("bridge-iface", &cfg.Bridge.Iface)
+	str("bridge-subnet", &cfg.Bridge.Subnet)
+	str("gc-interval", &cfg.GCInterval)
+	str("gc-mode", &cfg.GCMode)
+	str("stop-timeout", &cfg.StopTimeout)
+	if f.Changed("retention") {
+		cfg.Retention, _ = f.GetInt("retention")
+	}
+}
+
+// ClientFlags are the flags of the commands that talk to an agent.
+type ClientFlags struct {
+	Address string
+	Token   string
+}
+
+func (cf *ClientFlags) register(cmd *cobra.Command) {
+	addr := os.Getenv(api.EnvAddress)
+	if addr == "" {
+		addr = api.DefaultAddress
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&cf.Address, "address", addr, "agent address: unix:///path/to/berth.sock or http://host:port (env "+api.EnvAddress+")")
+	pf.StringVar(&cf.Token, "token", os.Getenv(api.EnvToken), "bearer token for an agent's TCP address (env "+api.EnvToken+")")
+}
+
+func (cf *ClientFlags) client() (*api.Client, error) {
+	return api.NewClient(cf.Address, cf.Token)
+}
+
+// agentErr adds what to do to an error of a command that needs an agent.
+func agentErr(err error) error {
+	if errors.Is(err, api.ErrNoAgent) {
+		return fmt.Errorf("%w\nstart one with `berth agent` (or point --address / %s at one)", err, api.EnvAddress)
+	}
+	return err
+}
+
+// agentClient returns a client of the agent at the default address (or
+// $BERTH_ADDR) if one answers there, for commands that work with or
+// without an agent. ok is false when none answers.
+func agentClient(ctx context.Context, cf *ClientFlags) (c *api.Client, ok bool, err error) {
+	addr, token := os.Getenv(api.EnvAddress), os.Getenv(api.EnvToken)
+	if cf != nil {
+		addr, token = cf.Address, cf.Token
+	}
+	if addr == "" {
+		addr = api.DefaultAddress
+	}
+	c, err = api.NewClient(addr, token)
+	if err != nil {
+		return nil, false, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Health(hctx); err != nil {
+		c.Close()
+		if errors.Is(err, api.ErrNoAgent) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return c, true, nil
+}
+
+// gcThroughAgent runs gc in the agent when one answers at $BERTH_ADDR (or
+// the default socket): the agent owns the data dir, so a local gc could
+// not open the store. handled is false when no agent answers; the caller
+// then collects locally.
+func (g *Globals) gcThroughAgent(ctx context.Context, req api.GCRequest) (rep *gc.Report, handled bool, err error) {
+	c, ok, err := agentClient(ctx, nil)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	defer c.Close()
+	g.Logger().Debug("collecting garbage through the agent", "address", c.Address())
+	ar, err := c.GC(ctx, req)
+	if err != nil {
+		return nil, true, err
+	}
+	conv := func(items []api.GCItem) []gc.Item {
+		out := make([]gc.Item, 0, len(items))
+		for _, it := range items {
+			out = append(out, gc.Item(it))
+		}
+		return out
+	}
+	return &gc.Report{
+		DryRun: ar.DryRun, StoreUnavailable: ar.StoreUnavailable, Reboot: ar.Reboot,
+		Found: conv(ar.Found), Reclaimed: conv(ar.Reclaimed), Kept: conv(ar.Kept),
+		Errors: append([]string{}, ar.Errors...), DurationMS: ar.DurationMS,
+	}, true, nil
+}

@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth/berth/store"
+)
+
+func newAllocCmd(g *Globals) *cobra.Command {
+	cf := &ClientFlags{}
+	cmd := &cobra.Command{
+		Use:   "alloc",
+		Short: "List and inspect allocations in a running berth agent, and read their task logs",
+	}
+	cf.register(cmd)
+	cmd.AddCommand(newAllocLsCmd(g, cf), newAllocStatusCmd(g, cf), newAllocLogsCmd(g, cf))
+	return cmd
+}
+
+func newAllocLsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
+	var job string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List allocations, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			allocs, err := c.Allocations(cmd.Context(), job)
+			if err != nil {
+				return agentErr(err)
+			}
+			if g.JSON {
+				return g.PrintJSON(allocs)
+			}
+			if len(allocs) == 0 {
+				fmt.Fprintln(g.stdout, "no allocations")
+				return nil
+			}
+			return printAllocTable(g, allocs)
+		},
+	}
+	cmd.Flags().StringVar(&job, "job", "", "only the allocations of this job")
+	return cmd
+}
+
+func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status ALLOC",
+		Short: "Show an allocation: status, tasks and exit codes, network status, events (an ID prefix is enough)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			a, err := c.Allocation(cmd.Context(), args[0])
+			if err != nil {
+				return agentErr(err)
+			}
+			if g.JSON {
+				return g.PrintJSON(a)
+			}
+			return printAlloc(g, a)
+		},
+	}
+}
+
+func printAlloc(g *Globals, a *store.Allocation) error {
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "ID\t%s\n", a.ID)
+	fmt.Fprintf(w, "Job\t%s\n", a.JobID)
+	fmt.Fprintf(w, "Group\t%s\n", a.Group)
+	fmt.Fprintf(w, "Status\t%s\n", a.Status)
+	if a.StatusDesc != "" {
+		fmt.Fprintf(w, "Description\t%s\n", a.StatusDesc)
+	}
+	fmt.Fprintf(w, "Created\t%s\n", a.CreatedAt.Local().Format(time.RFC3339))
+	fmt.Fprintf(w, "Modified\t%s\n", a.ModifiedAt.Local().Format(time.RFC3339))
+	if a.TeardownRetries > 0 {
+		fmt.Fprintf(w, "Teardown retries\t%d\n", a.TeardownRetries)
+	}
+	if len(a.Holders) > 0 {
+		fmt.Fprintf(w, "Holders seen\t%s\n", strings.Join(a.Holders, "; "))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	if n := a.Network; n != nil {
+		fmt.Fprintf(g.stdout, "\nNetwork status\n")
+		w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "  Mode\t%s\n", n.Mode)
+		if n.Network != "" {
+			fmt.Fprintf(w, "  Network\t%s\n", n.Network)
+		}
+		if n.NetnsPath != "" {
+			fmt.Fprintf(w, "  Netns\t%s\n", n.NetnsPath)
+		}
+		if n.Interface != "" {
+			fmt.Fprintf(w, "  Interface\t%s\n", n.Interface)
+		}
+		if len(n.IPv4) > 0 {
+			fmt.Fprintf(w, "  IPv4\t%s\n", strings.Join(n.IPv4, ", "))
+		}
+		if len(n.IPv6) > 0 {
+			fmt.Fprintf(w, "  IPv6\t%s\n", strings.Join(n.IPv6, ", "))
+		}
+		if len(n.Gateway) > 0 {
+			fmt.Fprintf(w, "  Gateway\t%s\n", strings.Join(n.Gateway, ", "))
+		}
+		if d := n.DNS; d != nil {
+			fmt.Fprintf(w, "  DNS\tservers %s; searches %s; options %s\n", dash(strings.Join(d.Servers, ",")), dash(strings.Join(d.Searches, ",")), dash(strings.Join(d.Options, ",")))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(g.stdout, "\nTasks\n")
+	w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  NAME\tDRIVER\tSTATE\tFAILED\tEXIT\tSIGNAL\tRESTARTS\tSTARTED\tFINISHED")
+	for _, t := range a.Tasks {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%v\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.Driver, t.State, t.Failed, t.ExitCode, t.Signal, t.Restarts, clock(t.StartedAt), clock(t.FinishedAt))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	if len(a.TimingsMS) > 0 {
+		var parts []string
+		for k, v := range a.TimingsMS {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, v))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(g.stdout, "\nTimings (ms): %s\n", strings.Join(parts, ", "))
+	}
+
+	if len(a.Events) > 0 {
+		fmt.Fprintf(g.stdout, "\nEvents\n")
+		w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "  TIME\tTYPE\tMESSAGE")
+		for _, e := range a.Events {
+			fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.Type, e.Message)
+		}
+		return w.Flush()
+	}
+	return nil
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000")
+}
+
+func newAllocLogsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
+	var stderr bool
+	var tail int64
+	cmd := &cobra.Command{
+		Use:   "logs ALLOC TASK",
+		Short: "Print a task's stdout (or --stderr)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tail < 0 {
+				return fmt.Errorf("--tail %d: give a number of bytes", tail)
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			b, err := c.AllocLogs(cmd.Context(), args[0], args[1], stderr, tail)
+			if err != nil {
+				return agentErr(err)
+			}
+			_, err = g.stdout.Write(b)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
+	cmd.Flags().Int64Var(&tail, "tail", 0, "print only the last N bytes")
+	return cmd
+}

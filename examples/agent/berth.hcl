@@ -1,0 +1,63 @@
+# berth agent configuration: every setting, with its default.
+# Run with: berth agent -config /etc/berth/berth.hcl
+# Every setting is also a flag of `berth agent` (e.g. --data-dir, --gc-interval);
+# a flag given on the command line wins over this file. Unknown settings are errors.
+
+# berth's state: the store (berth.db, owned by one process at a time), task logs
+# (alloc/<id>/<task>.stdout|stderr) and the podman service berth starts.
+data_dir = "/var/lib/berth"
+
+# Where network namespaces are pinned (as `ip netns` does).
+netns_dir = "/run/netns"
+
+# Cross-process network locks, shared with `berth net`, `berth gc` and `berth run`.
+lock_dir = "/run/berth/lock"
+
+# CNI configurations (network mode "cni/<name>" looks <name> up here), plugin
+# directories searched in order, and libcni's cache (keep it: DEL needs it).
+cni_config_dir = "/etc/cni/net.d"
+cni_path       = ["/opt/berth/cni/bin", "/opt/cni/bin", "/usr/lib/cni"]
+cni_cache_dir  = "/var/lib/cni"
+
+# A podman service to use. Empty: berth starts its own on
+# <data_dir>/podman/podman.sock the first time a task needs podman, and stops it
+# when the agent stops.
+podman_socket = ""
+
+# Garbage collection: how often ("0" disables the periodic run; the reconcile at
+# start always runs) and its scope: "full" (berth's records, plus a sweep of the
+# host for leftovers of berth's networks; right when this agent is the only berth
+# on the host) or "records" (this data dir's records only).
+gc_interval = "5m"
+gc_mode     = "full"
+
+# Finished allocations (records and log directories) kept per job.
+retention = 50
+
+# How long `berth job stop` waits for a job's tasks and networks to be gone
+# before answering "still stopping" (the stop goes on).
+stop_timeout = "2m"
+
+# Logs: level debug, info, warn or error; format text or json (log/slog).
+log_level  = "info"
+log_format = "text"
+
+# The network of `network { mode = "bridge" }` (Nomad's bridge mode): bridge,
+# host-local IPAM on this subnet, firewall, portmap and loopback.
+bridge {
+  network = "berth"
+  iface   = "berth0"
+  subnet  = "10.199.1.0/24"
+}
+
+api {
+  # JSON over this unix socket, mode 0600 (root only); its directory is created 0700.
+  socket = "/run/berth/berth.sock"
+
+  # Optionally also over TCP. Every TCP request must then carry
+  # "Authorization: Bearer <token>"; the agent refuses to start a TCP listener
+  # without a token (at least 16 characters). token_file wins over token.
+  # tcp_address = "127.0.0.1:4646"
+  # token       = "change-me-to-a-long-random-string"
+  # token_file  = "/etc/berth/token"
+}
