@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"time"
 
@@ -73,6 +74,11 @@ func NewClient(o Options) *Client {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Exec == nil {
+		// libcni would create this lazily, racing when several goroutines
+		// make their first call at once.
+		o.Exec = &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
 	}
 	return &Client{
 		log:      o.Logger,

@@ -29,8 +29,5 @@ func withFaults(e invoke.Exec) invoke.Exec {
 	if !fault.Active() || !strings.HasPrefix(os.Getenv(fault.Env), fault.MidChainPrefix) {
 		return e
 	}
-	if e == nil {
-		e = &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}}
-	}
 	return faultExec{e}
 }
