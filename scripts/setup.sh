@@ -26,7 +26,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # 1. Debian packages.
-pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps)
+pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,7 +34,7 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing Debian packages: ${missing[*]}"
 	apt-get update -q >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
 fi
 
 # 2. Reference CNI plugins, built from the Go module proxy.
