@@ -2,7 +2,9 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -387,4 +389,60 @@ func TestProhibitOverlap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The failure of the Nomad issue, provoked: something inspects the
+// containers all the time (as Nomad's podman driver and monitoring agents
+// do; podman's inspect enters the container's netns for a few ms). Every
+// allocation must still complete with its namespace gone and nothing left;
+// the summary says how often the namespace was found busy, and by whom.
+func TestSeedJobWithInspector(t *testing.T) {
+	requireImage(t)
+	seed, err := os.ReadFile("../examples/jobs/seed-podman-every-second.nomad.hcl")
+	testenv.Must(t, err)
+	e := newEnv(t, "10.199.39.0/24")
+	j := e.job(t, string(seed))
+	ctx := testenv.Context(t, 5*time.Minute)
+	socket := filepath.Join(e.dataDir, "podman", "podman.sock")
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	stop := make(chan struct{})
+	inspected := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { inspected <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			resp, err := client.Get("http://d/v4.0.0/libpod/containers/json?all=true")
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			var list []struct{ Id string }
+			_ = json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			for _, c := range list {
+				if r, err := client.Get("http://d/v4.0.0/libpod/containers/" + c.Id + "/json"); err == nil {
+					_, _ = io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+					n++
+				}
+			}
+		}
+	}()
+	const runs = 20
+	sum, err := e.r.RunJob(ctx, j, runner.RunOptions{MaxRuns: runs})
+	close(stop)
+	n := <-inspected
+	testenv.Must(t, err)
+	if sum.ByStatus[store.AllocComplete] != runs {
+		t.Errorf("want %d complete: %v %v", runs, sum.ByStatus, sum.Failed)
+	}
+	checkClean(t, e, sum)
+	t.Logf("%d inspects during %d allocations; namespace busy at removal %d times; holders: %v", n, runs, sum.TeardownRetries, sum.Holders)
 }
