@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,9 +76,12 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		defer cancel()
 	}
 	var (
-		mu     sync.Mutex
-		allocs []*store.Allocation
-		wg     sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
+		// What the summary needs, in memory that does not grow with the
+		// number of allocations but for their IDs (for the leak check).
+		ids                   []string
+		setup, teardown, gone quantiles
 	)
 	sum := &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}
 	// launch starts every allocation of one launch; the counter it
@@ -95,7 +97,13 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 					defer running.Add(-1)
 					a := r.RunAlloc(ctx, job, g, i)
 					mu.Lock()
-					allocs = append(allocs, a)
+					sum.record(a, &setup, &teardown, &gone)
+					if len(ids) >= maxLeakCheckIDs {
+						// A job that runs for months checks its newest
+						// allocations; the older ones were checked by gc.
+						ids = append(ids[:0], ids[len(ids)/2:]...)
+					}
+					ids = append(ids, a.ID)
 					mu.Unlock()
 					if o.OnAlloc != nil {
 						o.OnAlloc(a)
@@ -129,61 +137,59 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	}
 	wg.Wait()
 
-	var setup, teardown, gone []float64
-	for _, a := range allocs {
-		sum.ByStatus[a.Status]++
-		if a.Status != store.AllocComplete {
-			sum.Failed = append(sum.Failed, a.ID+": "+a.StatusDesc)
-		}
-		if a.Network != nil && a.Network.NetnsPath != "" {
-			setup = append(setup, a.TimingsMS["netns"]+a.TimingsMS["add"])
-			teardown = append(teardown, a.TimingsMS["del"]+a.TimingsMS["remove"])
-			if v, ok := a.TimingsMS["exit_to_netns_gone"]; ok {
-				gone = append(gone, v)
-			}
-		}
-		sum.TeardownRetries += a.TeardownRetries
-		sum.Holders = append(sum.Holders, a.Holders...)
-	}
-	sum.SetupP50, sum.SetupP99 = percentile(setup, 50), percentile(setup, 99)
-	sum.TeardownP50, sum.TeardownP99 = percentile(teardown, 50), percentile(teardown, 99)
-	sum.ExitToGoneP50 = percentile(gone, 50)
+	sum.SetupP50, sum.SetupP99 = setup.quantile(50), setup.quantile(99)
+	sum.TeardownP50, sum.TeardownP99 = teardown.quantile(50), teardown.quantile(99)
+	sum.ExitToGoneP50 = gone.quantile(50)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	sum.Leaks = r.LeakCheck(lctx, allocs)
+	sum.Leaks = r.LeakCheck(lctx, ids)
 	sum.Duration = time.Since(start).Seconds()
 	return sum, nil
 }
 
-func percentile(v []float64, p float64) float64 {
-	if len(v) == 0 {
-		return 0
+// maxListed bounds the failures and holders a summary lists.
+const maxListed = 100
+
+// maxLeakCheckIDs bounds the allocation IDs a run remembers for its leak
+// check (36 bytes each).
+const maxLeakCheckIDs = 100_000
+
+// record adds a finished allocation to the summary.
+func (s *Summary) record(a *store.Allocation, setup, teardown, gone *quantiles) {
+	s.ByStatus[a.Status]++
+	if a.Status != store.AllocComplete && len(s.Failed) < maxListed {
+		s.Failed = append(s.Failed, a.ID+": "+a.StatusDesc)
 	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	// Nearest rank: the smallest value with at least p% of values at or below it.
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	if i < 0 {
-		i = 0
+	if a.Network != nil && a.Network.NetnsPath != "" {
+		setup.add(a.TimingsMS["netns"] + a.TimingsMS["add"])
+		teardown.add(a.TimingsMS["del"] + a.TimingsMS["remove"])
+		if v, ok := a.TimingsMS["exit_to_netns_gone"]; ok {
+			gone.add(v)
+		}
 	}
-	return s[i]
+	s.TeardownRetries += a.TeardownRetries
+	for _, h := range a.Holders {
+		if len(s.Holders) < maxListed {
+			s.Holders = append(s.Holders, h)
+		}
+	}
 }
 
 // LeakCheck looks for anything the given allocations left on the host:
 // their namespaces, attachment records, libcni cache entries, host-local
 // leases, iptables rules and containers. It returns one line per leak.
-func (r *Runner) LeakCheck(ctx context.Context, allocs []*store.Allocation) []string {
+func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	leaks := []string{}
 	ids := map[string]bool{}
-	for _, a := range allocs {
-		ids[a.ID] = true
-		if a.Network != nil && a.Network.NetnsPath != "" {
-			if _, err := os.Lstat(a.Network.NetnsPath); err == nil {
-				leaks = append(leaks, "netns "+a.Network.NetnsPath)
+	for _, id := range allocIDs {
+		ids[id] = true
+		if p := r.o.Attach.Netns().Path(id); p != "" {
+			if _, err := os.Lstat(p); err == nil {
+				leaks = append(leaks, "netns "+p)
 			}
 		}
-		if _, err := r.o.Store.GetAttachment(ctx, a.ID); err == nil {
-			leaks = append(leaks, "pending teardown of "+a.ID)
+		if _, err := r.o.Store.GetAttachment(ctx, id); err == nil {
+			leaks = append(leaks, "pending teardown of "+id)
 		}
 	}
 	if len(ids) == 0 {

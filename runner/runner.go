@@ -206,7 +206,10 @@ func (a *allocRun) run(ctx context.Context) {
 	}
 
 	if netName != "" {
-		st, err := a.setupNetwork(ctx, netName)
+		// A stop while the plugins run must not kill them half-way: the
+		// setup finishes (bounded by the CNI timeouts), then the tasks are
+		// skipped and the network torn down.
+		st, err := a.setupNetwork(context.WithoutCancel(ctx), netName)
 		if err != nil {
 			// Setup undoes itself; the teardown finishes whatever it
 			// could not (it is idempotent).
@@ -231,6 +234,11 @@ func (a *allocRun) run(ctx context.Context) {
 	a.alloc.Status = store.AllocRunning
 	a.mu.Unlock()
 
+	if ctx.Err() != nil {
+		a.event2("Killed", "allocation stopped before its tasks started")
+		a.finish(ctx, nil, netName != "")
+		return
+	}
 	taskStart := time.Now()
 	err := a.runTasks(ctx, netns)
 	a.timing("task", time.Since(taskStart))
