@@ -1,14 +1,10 @@
 package cni
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
@@ -17,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
-	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/hostlocal"
 )
 
 // del runs DEL for the whole chain. The plain libcni path needs the cached
@@ -138,89 +134,22 @@ func linkAddrs(path, ifname string) ([]*net.IPNet, string, error) {
 }
 
 // leasedAddrs finds host-local leases of the container in the network's
-// host-local data dirs. A lease file is named by the address and holds the
-// container ID and interface name on two lines.
+// host-local data dirs.
 func leasedAddrs(nw *Network, containerID, ifname string) []*net.IPNet {
-	var out []*net.IPNet
+	var confs [][]byte
 	for _, p := range nw.List.Plugins {
-		for _, r := range hostLocalRanges(p.Bytes) {
-			dir := filepath.Join(r.dataDir, nw.Name())
-			des, err := os.ReadDir(dir)
-			if err != nil {
-				continue
-			}
-			for _, de := range des {
-				ip := parseLeaseName(de.Name())
-				if ip == nil || !r.subnet.Contains(ip) {
-					continue
-				}
-				id, ifn := readLease(filepath.Join(dir, de.Name()))
-				if id == containerID && (ifn == "" || ifn == ifname) {
-					out = append(out, &net.IPNet{IP: ip, Mask: r.subnet.Mask})
-				}
+		confs = append(confs, p.Bytes)
+	}
+	hl := hostlocal.FromPlugins(nw.Name(), confs)
+	var out []*net.IPNet
+	for _, dir := range hl.Dirs {
+		leases, _ := hostlocal.ReadDir(dir)
+		for _, l := range leases {
+			subnet, ok := hl.Contains(l.IP)
+			if ok && l.ID == containerID && (l.IfName == "" || l.IfName == ifname) {
+				out = append(out, &net.IPNet{IP: l.IP, Mask: subnet.Mask})
 			}
 		}
 	}
 	return out
-}
-
-type ipamRange struct {
-	dataDir string
-	subnet  *net.IPNet
-}
-
-// hostLocalRanges reads the subnets and data dir of a plugin whose IPAM is
-// host-local.
-func hostLocalRanges(b []byte) []ipamRange {
-	var conf struct {
-		IPAM struct {
-			Type    string `json:"type"`
-			DataDir string `json:"dataDir"`
-			Subnet  string `json:"subnet"`
-			Ranges  [][]struct {
-				Subnet string `json:"subnet"`
-			} `json:"ranges"`
-		} `json:"ipam"`
-	}
-	if json.Unmarshal(b, &conf) != nil || conf.IPAM.Type != "host-local" {
-		return nil
-	}
-	dir := conf.IPAM.DataDir
-	if dir == "" {
-		dir = hostclean.HostLocalDir
-	}
-	subnets := []string{conf.IPAM.Subnet}
-	for _, set := range conf.IPAM.Ranges {
-		for _, r := range set {
-			subnets = append(subnets, r.Subnet)
-		}
-	}
-	var out []ipamRange
-	for _, s := range subnets {
-		if _, n, err := net.ParseCIDR(s); err == nil {
-			out = append(out, ipamRange{dataDir: dir, subnet: n})
-		}
-	}
-	return out
-}
-
-func parseLeaseName(name string) net.IP {
-	// IPv6 leases use '_' for ':' on some filesystems; host-local writes ':'.
-	return net.ParseIP(strings.ReplaceAll(name, "_", ":"))
-}
-
-func readLease(path string) (id, ifname string) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if sc.Scan() {
-		id = strings.TrimSpace(sc.Text())
-	}
-	if sc.Scan() {
-		ifname = strings.TrimSpace(sc.Text())
-	}
-	return id, ifname
 }

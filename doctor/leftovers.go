@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/hostlocal"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -182,16 +183,16 @@ func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		leases, err := readLeases(filepath.Join(o.HostLocalDir, n))
+		leases, err := hostlocal.ReadDir(filepath.Join(o.HostLocalDir, n))
 		if err != nil {
 			return nil, err
 		}
 		for _, l := range leases {
-			if knownID[l.containerID] || foreignID[l.containerID] {
+			if knownID[l.ID] || foreignID[l.ID] {
 				continue
 			}
-			out = append(out, Finding{Kind: "lease", ID: l.containerID, Network: n, Path: l.path,
-				Reason: fmt.Sprintf("host-local lease of %s held by a container ID berth has no record of", filepath.Base(l.path))})
+			out = append(out, Finding{Kind: "lease", ID: l.ID, Network: n, Path: l.Path,
+				Reason: fmt.Sprintf("host-local lease of %s held by a container ID berth has no record of", filepath.Base(l.Path))})
 		}
 	}
 	return out, nil
@@ -256,38 +257,4 @@ func foreignCacheEntries(cacheDir string) (ids, paths map[string]bool, err error
 		}
 	}
 	return ids, paths, nil
-}
-
-type lease struct {
-	path, containerID string
-}
-
-// readLeases reads host-local's lease files in dir: one per address, named
-// by it, holding "<container ID>\r\n<ifname>" (older versions: the ID only).
-func readLeases(dir string) ([]lease, error) {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read host-local dir %s: %w", dir, err)
-	}
-	var out []lease
-	for _, de := range des {
-		n := de.Name()
-		if de.IsDir() || n == "lock" || strings.HasPrefix(n, "last_reserved_ip") {
-			continue
-		}
-		p := filepath.Join(dir, n)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		id, _, _ := strings.Cut(strings.ReplaceAll(string(b), "\r\n", "\n"), "\n")
-		if id = strings.TrimSpace(id); id == "" {
-			continue
-		}
-		out = append(out, lease{path: p, containerID: id})
-	}
-	return out, nil
 }

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/netns"
 )
 
 // Capability bits berth needs: CAP_SYS_ADMIN to unshare and bind-mount
@@ -85,7 +86,7 @@ func CheckNetnsKernel(ctx context.Context, procDir string) Check {
 		c.Status, c.Message = StatusSkip, err.Error()
 		return c
 	}
-	if err := probeUnshare(); err != nil {
+	if err := netns.Probe(); err != nil {
 		c.Status = StatusFail
 		c.Message = fmt.Sprintf("cannot create a network namespace: %v", err)
 		c.Fix = "run berth as root with CAP_SYS_ADMIN; inside a container, run it privileged"
@@ -96,36 +97,6 @@ func CheckNetnsKernel(ctx context.Context, procDir string) Check {
 	}
 	c.Status, c.Message = StatusOK, "network namespaces supported: created and left one on a locked thread"
 	return c
-}
-
-// probeUnshare is netns.pin without the bind mount: if the return to the
-// original namespace fails, the goroutine exits still locked so the runtime
-// discards the thread rather than reuse it in the probe's namespace.
-func probeUnshare() error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns %s: %w", self, err)
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
-			return
-		}
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("return to the original netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	return <-errc
 }
 
 // mountEntry is one line of a mountinfo file.

@@ -1,7 +1,6 @@
 package gc
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/hostlocal"
 )
 
 // This file reads the host's evidence: libcni's cache, host-local's
@@ -96,67 +95,6 @@ func parseCacheEntry(b []byte) (cacheEntry, bool) {
 	return e, true
 }
 
-// lease is one host-local reservation: a file named by the address that
-// holds the container ID and the interface name.
-type lease struct {
-	Path   string
-	Dir    string
-	IP     net.IP
-	ID     string
-	IfName string
-}
-
-// readLeases reads a host-local network directory; a missing one is empty.
-func readLeases(dir string) ([]lease, error) {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read host-local dir %s: %w", dir, err)
-	}
-	var out []lease
-	for _, de := range des {
-		if de.IsDir() {
-			continue
-		}
-		ip := parseLeaseName(de.Name())
-		if ip == nil {
-			continue // lock, last_reserved_ip.N
-		}
-		p := filepath.Join(dir, de.Name())
-		id, ifname, err := readLease(p)
-		if err != nil {
-			continue // released while we read
-		}
-		out = append(out, lease{Path: p, Dir: dir, IP: ip, ID: id, IfName: ifname})
-	}
-	return out, nil
-}
-
-func parseLeaseName(name string) net.IP {
-	// host-local writes IPv6 addresses with ':'; some tools escape it as '_'.
-	return net.ParseIP(strings.ReplaceAll(name, "_", ":"))
-}
-
-// readLease returns the two lines of a lease file: "<id>\r\n<ifname>"
-// (older host-local wrote the ID alone).
-func readLease(path string) (id, ifname string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if sc.Scan() {
-		id = strings.TrimSpace(sc.Text())
-	}
-	if sc.Scan() {
-		ifname = strings.TrimSpace(sc.Text())
-	}
-	return id, ifname, sc.Err()
-}
-
 // network is one of berth's networks as gc sees it.
 type network struct {
 	name string
@@ -171,43 +109,12 @@ type network struct {
 // hostLocal reads where the network's host-local IPAM keeps leases and
 // which subnets it hands out.
 func hostLocal(conf *cni.Network) (dirs []string, subnets []*net.IPNet) {
-	seen := map[string]bool{}
+	var plugins [][]byte
 	for _, p := range conf.List.Plugins {
-		var c struct {
-			IPAM struct {
-				Type    string `json:"type"`
-				DataDir string `json:"dataDir"`
-				Subnet  string `json:"subnet"`
-				Ranges  [][]struct {
-					Subnet string `json:"subnet"`
-				} `json:"ranges"`
-			} `json:"ipam"`
-		}
-		if json.Unmarshal(p.Bytes, &c) != nil || c.IPAM.Type != "host-local" {
-			continue
-		}
-		base := c.IPAM.DataDir
-		if base == "" {
-			base = hostclean.HostLocalDir
-		}
-		d := filepath.Join(base, conf.Name())
-		if !seen[d] {
-			seen[d] = true
-			dirs = append(dirs, d)
-		}
-		ss := []string{c.IPAM.Subnet}
-		for _, set := range c.IPAM.Ranges {
-			for _, rg := range set {
-				ss = append(ss, rg.Subnet)
-			}
-		}
-		for _, s := range ss {
-			if _, n, err := net.ParseCIDR(s); err == nil {
-				subnets = append(subnets, n)
-			}
-		}
+		plugins = append(plugins, p.Bytes)
 	}
-	return dirs, subnets
+	c := hostlocal.FromPlugins(conf.Name(), plugins)
+	return c.Dirs, c.Subnets
 }
 
 // iptRule is one "-A" line of iptables-save or ip6tables-save.

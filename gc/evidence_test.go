@@ -3,7 +3,6 @@ package gc
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -75,42 +74,6 @@ func TestParseFirewallIP(t *testing.T) {
 		if got != tc.ip {
 			t.Errorf("parseFirewallIP(%q) = %q, want %q", tc.line, got, tc.ip)
 		}
-	}
-}
-
-func TestReadLeases(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
-		"10.0.0.2":           "c1\r\neth0",
-		"10.0.0.3":           "c2",
-		"fd00::4":            "c3\r\nnet1",
-		"lock":               "",
-		"last_reserved_ip.0": "10.0.0.3",
-	}
-	for n, c := range files {
-		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ls, err := readLeases(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, l := range ls {
-		got[l.IP.String()] = l.ID + "/" + l.IfName
-	}
-	want := map[string]string{"10.0.0.2": "c1/eth0", "10.0.0.3": "c2/", "fd00::4": "c3/net1"}
-	if len(got) != len(want) {
-		t.Fatalf("readLeases = %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("lease %s = %q, want %q", k, got[k], v)
-		}
-	}
-	if ls, err := readLeases(filepath.Join(dir, "missing")); err != nil || ls != nil {
-		t.Errorf("missing dir: %v, %v", ls, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/hostlocal"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -290,9 +291,9 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 
 	// Step 5: leases of container IDs nobody knows.
 	gcOK := r.o.Store != nil
-	unknown := map[string][]lease{}
+	unknown := map[string][]hostlocal.Lease{}
 	for _, d := range nw.leaseDirs {
-		ls, err := readLeases(d)
+		ls, err := hostlocal.ReadDir(d)
 		if err != nil {
 			r.errorf("network %q: %w", nw.name, err)
 			gcOK = false
@@ -510,7 +511,7 @@ func (r *run) delCached(ctx context.Context, nw *network, e cacheEntry) error {
 // configuration, so that every plugin (host-local, firewall, portmap)
 // releases what it holds for it, then removes any lease file DEL left,
 // under host-local's own lock.
-func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []lease) error {
+func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []hostlocal.Lease) error {
 	ifname := ls[0].IfName
 	if ifname == "" {
 		ifname = "eth0"
@@ -534,7 +535,7 @@ func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []le
 
 // removeLease deletes a lease file if it still names the same holder,
 // holding host-local's lock on the directory as host-local itself does.
-func removeLease(l lease) error {
+func removeLease(l hostlocal.Lease) error {
 	if _, err := os.Stat(l.Path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -548,7 +549,7 @@ func removeLease(l lease) error {
 		return fmt.Errorf("lock host-local dir %s: %w", l.Dir, err)
 	}
 	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	id, _, err := readLease(l.Path)
+	id, _, err := hostlocal.ReadLease(l.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

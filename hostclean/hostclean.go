@@ -15,12 +15,14 @@ import (
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/berth/berth/internal/hostlocal"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // HostLocalDir is where host-local keeps its leases, one directory per network.
-const HostLocalDir = "/var/lib/cni/networks"
+const HostLocalDir = hostlocal.DefaultDir
 
 // RemoveBridgeIfUnused deletes the bridge called name when no interface is
 // attached to it. It reports whether it deleted it.

@@ -134,14 +134,30 @@ func (m *Manager) Create(ctx context.Context, name string) (string, error) {
 	return path, nil
 }
 
-// pin unshares a new network namespace on a locked OS thread,
-// bind-mounts it onto path, and moves the thread back to its original
-// namespace. If moving back fails the goroutine exits still locked, so the
-// runtime discards the thread instead of reusing it in the wrong
-// namespace. (Simply exiting locked is not enough: on the main thread the
-// runtime wedges the thread instead, and the whole process would then
-// appear to live in the new namespace and keep it alive.)
+// pin unshares a new network namespace and bind-mounts it onto path.
 func pin(path string) error {
+	return inNewNetns(func(self string) error {
+		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount %s: %w", self, err)
+		}
+		return nil
+	})
+}
+
+// Probe checks that this process can create network namespaces: it
+// unshares one and returns, leaving nothing (for `berth doctor`).
+func Probe() error {
+	return inNewNetns(func(string) error { return nil })
+}
+
+// inNewNetns runs fn on a locked OS thread that has unshared a new network
+// namespace (fn gets the thread's /proc path of it), then moves the thread
+// back to its original namespace. If moving back fails the goroutine exits
+// still locked, so the runtime discards the thread instead of reusing it
+// in the wrong namespace. (Simply exiting locked is not enough: on the
+// main thread the runtime wedges the thread instead, and the whole process
+// would then appear to live in the new namespace and keep it alive.)
+func inNewNetns(fn func(self string) error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -149,26 +165,22 @@ func pin(path string) error {
 		orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
+			errc <- fmt.Errorf("open current netns %s: %w", self, err)
 			return
 		}
 		defer unix.Close(orig)
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
+			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
 			return
 		}
-		merr := unix.Mount(self, path, "none", unix.MS_BIND, "")
+		ferr := fn(self)
 		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
 			errc <- fmt.Errorf("return to the original netns: %w", err)
 			return
 		}
 		runtime.UnlockOSThread()
-		if merr != nil {
-			errc <- fmt.Errorf("bind mount %s: %w", self, merr)
-			return
-		}
-		errc <- nil
+		errc <- ferr
 	}()
 	return <-errc
 }
