@@ -175,6 +175,22 @@ func (cf *ClientFlags) client() (*api.Client, error) {
 	return api.NewClient(cf.Address, cf.Token)
 }
 
+// agentCall makes one call to the agent with a client of its own, and
+// says what to do when no agent answers.
+func agentCall[T any](cf *ClientFlags, call func(*api.Client) (T, error)) (T, error) {
+	var zero T
+	c, err := cf.client()
+	if err != nil {
+		return zero, err
+	}
+	defer c.Close()
+	v, err := call(c)
+	if err != nil {
+		return zero, agentErr(err)
+	}
+	return v, nil
+}
+
 // agentErr adds what to do to an error of a command that needs an agent.
 func agentErr(err error) error {
 	if errors.Is(err, api.ErrNoAgent) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/store"
 )
 
@@ -30,14 +31,9 @@ func newAllocLsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 		Short: "List allocations, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := cf.client()
+			allocs, err := agentCall(cf, func(c *api.Client) ([]api.AllocStub, error) { return c.Allocations(cmd.Context(), job) })
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			allocs, err := c.Allocations(cmd.Context(), job)
-			if err != nil {
-				return agentErr(err)
 			}
 			if g.JSON {
 				return g.PrintJSON(allocs)
@@ -59,14 +55,9 @@ func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 		Short: "Show an allocation: status, tasks and exit codes, network status, events (an ID prefix is enough)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
+			a, err := agentCall(cf, func(c *api.Client) (*store.Allocation, error) { return c.Allocation(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			a, err := c.Allocation(cmd.Context(), args[0])
-			if err != nil {
-				return agentErr(err)
 			}
 			if g.JSON {
 				return g.PrintJSON(a)
@@ -176,14 +167,9 @@ func newAllocLogsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			if tail < 0 {
 				return fmt.Errorf("--tail %d: give a number of bytes", tail)
 			}
-			c, err := cf.client()
+			b, err := agentCall(cf, func(c *api.Client) ([]byte, error) { return c.AllocLogs(cmd.Context(), args[0], args[1], stderr, tail) })
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			b, err := c.AllocLogs(cmd.Context(), args[0], args[1], stderr, tail)
-			if err != nil {
-				return agentErr(err)
 			}
 			_, err = g.stdout.Write(b)
 			return err

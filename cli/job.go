@@ -43,14 +43,11 @@ func newJobRunCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
+			resp, err := agentCall(cf, func(c *api.Client) (*api.JobSubmitResponse, error) {
+				return c.SubmitJob(cmd.Context(), src, filepath.Base(args[0]))
+			})
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			resp, err := c.SubmitJob(cmd.Context(), src, filepath.Base(args[0]))
-			if err != nil {
-				return agentErr(err)
 			}
 			if g.JSON {
 				return g.PrintJSON(resp)
@@ -91,14 +88,11 @@ func newJobPlanCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
+			resp, err := agentCall(cf, func(c *api.Client) (*api.JobPlanResponse, error) {
+				return c.PlanJob(cmd.Context(), src, filepath.Base(args[0]))
+			})
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			resp, err := c.PlanJob(cmd.Context(), src, filepath.Base(args[0]))
-			if err != nil {
-				return agentErr(err)
 			}
 			if g.JSON {
 				return g.PrintJSON(resp)
@@ -140,14 +134,9 @@ func newJobStopCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 		Short: "Stop a job: its tasks are stopped, its networks torn down, and the agent forgets it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
+			resp, err := agentCall(cf, func(c *api.Client) (*api.JobStopResponse, error) { return c.StopJob(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			resp, err := c.StopJob(cmd.Context(), args[0])
-			if err != nil {
-				return agentErr(err)
 			}
 			if g.JSON {
 				return g.PrintJSON(resp)
