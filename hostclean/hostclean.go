@@ -384,6 +384,7 @@ func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]s
 			continue
 		}
 		targets := map[string]bool{}
+		removedLine := map[string]bool{}
 		// Delete from the last rule backwards so that earlier indexes stay valid.
 		for i := len(rs) - 1; i >= 0; i-- {
 			r := rs[i]
@@ -397,15 +398,25 @@ func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]s
 				errs = append(errs, fmt.Errorf("%s: delete rule of %s/%s: %w", protoName(ipt), r.table, r.chain, err))
 				continue
 			}
+			removedLine[r.table+" "+r.line] = true
 			removed = append(removed, fmt.Sprintf("%s %s rule %s", protoName(ipt), r.table, r.line))
+		}
+		// A chain a marked rule jumped to is the attachment's own (the
+		// bridge plugin's CNI-<hash>, portmap's CNI-DN-<hash>): its rules
+		// need not carry the marker (portmap's do not). It goes once
+		// nothing jumps to it any more.
+		jumped := map[string]bool{}
+		for _, r := range rs {
+			if t := jumpTarget(r.line); targets[r.table+"/"+t] && !removedLine[r.table+" "+r.line] {
+				jumped[r.table+"/"+t] = true
+			}
 		}
 		for tc := range targets {
 			table, chain, _ := strings.Cut(tc, "/")
-			left, ok, err := rules(ipt, table, chain)
-			if err != nil || !ok {
+			if jumped[tc] {
 				continue
 			}
-			if len(left) > 0 {
+			if ok, err := ipt.ChainExists(table, chain); err != nil || !ok {
 				continue
 			}
 			if err := ipt.ClearAndDeleteChain(table, chain); err != nil {

@@ -1,7 +1,12 @@
 package hostclean
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +41,44 @@ func TestJumpTargetAndMarker(t *testing.T) {
 	}
 	if !sharedChain("CNI-HOSTPORT-DNAT") || sharedChain("CNI-DN-123") {
 		t.Error("sharedChain")
+	}
+}
+
+// A marked jump to a chain whose own rules carry no marker (portmap's
+// CNI-DN-<hash>): both go.
+func TestRemoveAttachmentRulesUnmarkedChain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: changes iptables (CI runs as root)")
+	}
+	ctx := context.Background()
+	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	chain := "CNI-DN-bthc" + suffix
+	network, id := "bthc-net", "bthc-"+suffix
+	comment := fmt.Sprintf("dnat name: %q id: %q", network, id)
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("iptables", "-w", "-t", "nat", "-D", "OUTPUT", "-m", "comment", "--comment", comment, "-j", chain).Run()
+		_ = exec.Command("iptables", "-w", "-t", "nat", "-F", chain).Run()
+		_ = exec.Command("iptables", "-w", "-t", "nat", "-X", chain).Run()
+	})
+	run("-N", chain)
+	run("-A", chain, "-p", "tcp", "--dport", "29999", "-j", "DNAT", "--to-destination", "10.199.96.2:80")
+	run("-A", "OUTPUT", "-m", "comment", "--comment", comment, "-j", chain)
+
+	removed, err := RemoveAttachmentRules(ctx, network, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("iptables-save", "-t", "nat").Output()
+	if strings.Contains(string(out), chain) {
+		t.Errorf("chain %s or its jump remains (removed %v):\n%s", chain, removed, out)
+	}
+	if len(removed) != 2 {
+		t.Errorf("removed %v, want the jump and the chain", removed)
 	}
 }
