@@ -215,23 +215,7 @@ func newNetLsCmd(g *Globals) *cobra.Command {
 				if g.JSON {
 					return g.PrintJSON(list)
 				}
-				w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tOWNER\tNETWORK\tPHASE\tIPV4\tHOLDERS")
-				for _, e := range list {
-					owner := "other"
-					if e.Berth {
-						owner = "berth"
-					}
-					if !e.Pinned {
-						owner += " (not mounted)"
-					}
-					var hs []string
-					for _, h := range e.Holders {
-						hs = append(hs, h.String())
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, owner, dash(e.Network), dash(string(e.Phase)), dash(strings.Join(e.IPv4, ",")), dash(strings.Join(hs, "; ")))
-				}
-				return w.Flush()
+				return printNetEntries(g, list)
 			})
 		},
 	}
