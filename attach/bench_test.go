@@ -19,10 +19,6 @@ import (
 // cycle is one Setup+Teardown of a fresh ID, by berth or by the floor.
 type cycle func(ctx context.Context, id string) error
 
-func berthCycle(e *env) cycle {
-	return berthCycleOwn(e, nil)
-}
-
 // berthCycleOwn also records berth's own time per cycle: the cycle less
 // the plugins' ADD and DEL.
 func berthCycleOwn(e *env, own *[]time.Duration) cycle {

@@ -131,12 +131,21 @@ func ParseNetwork(b []byte, source string) (*Network, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse CNI config %s: %w", source, err)
 	}
-	l, err := libcni.ConfListFromConf(c)
+	if c.Network.Name == "" {
+		return nil, fmt.Errorf("parse CNI config %s: missing \"name\"", source)
+	}
+	// A single plugin is a list of one, as CNI tools read it.
+	wrapped, err := json.Marshal(map[string]any{
+		"cniVersion": c.Network.CNIVersion,
+		"name":       c.Network.Name,
+		"plugins":    []json.RawMessage{b},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("convert CNI config %s to a list: %w", source, err)
 	}
-	if l.Name == "" {
-		return nil, fmt.Errorf("parse CNI config %s: missing \"name\"", source)
+	l, err := libcni.NetworkConfFromBytes(wrapped)
+	if err != nil {
+		return nil, fmt.Errorf("convert CNI config %s to a list: %w", source, err)
 	}
 	return &Network{List: l, File: source}, nil
 }

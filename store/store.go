@@ -454,7 +454,7 @@ func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 	s.opsMu.RLock()
 	if s.closed || s.ops == nil {
 		s.opsMu.RUnlock()
-		return fmt.Errorf("store %s: %w", s.path, bolt.ErrDatabaseNotOpen)
+		return fmt.Errorf("store %s: %w", s.path, berrors.ErrDatabaseNotOpen)
 	}
 	s.ops <- writeOp{fn: fn, done: done}
 	s.opsMu.RUnlock()
