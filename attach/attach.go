@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/netns"
@@ -571,20 +570,6 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 			// The namespace stays: a DEL retried without it would leak
 			// the bridge plugin's masquerade chain.
 			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
-		}
-		if !pinned {
-			// Without the namespace the bridge plugin skips its
-			// masquerade teardown (it cannot read eth0's addresses):
-			// remove what carries this attachment's marker ourselves.
-			start = time.Now()
-			removed, err := hostclean.RemoveAttachmentRules(ctx, rec.Network, rec.ID)
-			rep.Timings.add("rules", time.Since(start))
-			if err != nil {
-				return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: remove iptables rules left by DEL without namespace: %w", rec.ID, err))
-			}
-			if len(removed) > 0 {
-				log.Info("removed iptables rules the plugins left (namespace was gone)", "removed", removed)
-			}
 		}
 	}
 

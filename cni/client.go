@@ -183,7 +183,9 @@ func (c *Client) Check(ctx context.Context, net *Network, a *Attachment) error {
 	return c.wrap(ctx, "CHECK", net, a.ContainerID, c.cni.CheckNetworkList(ctx, net.List, a.runtimeConf()))
 }
 
-// Del detaches. When libcni has a cached configuration for the attachment
+// Del detaches. With an empty NetNS (the namespace is gone) it also
+// removes the iptables rules marked for the attachment, which plugins
+// cannot find without the namespace. When libcni has a cached configuration for the attachment
 // it is used instead of net, so that DEL undoes exactly what ADD did even
 // if the file changed since; args missing from a are taken from the cache
 // too. A nil net is allowed when the cache has the attachment.
@@ -222,6 +224,18 @@ func (c *Client) Del(ctx context.Context, net *Network, netName string, a *Attac
 		if herr == nil && len(removed) > 0 {
 			c.log.Warn("CNI DEL failed; removed the attachment's iptables rules and retried", "network", net.Name(), "id", a.ContainerID, "err", err, "removed", len(removed))
 			err = c.del(ctx, net, rt)
+		}
+	}
+	if err == nil && a.NetNS == "" {
+		// Without the namespace the bridge plugin skips its masquerade
+		// teardown (it cannot read eth0's addresses) and still succeeds:
+		// remove what carries this attachment's marker, so that a DEL
+		// without namespace leaves nothing either.
+		removed, herr := hostclean.RemoveAttachmentRules(ctx, net.Name(), a.ContainerID)
+		if herr != nil {
+			err = fmt.Errorf("remove iptables rules left by DEL without namespace: %w", herr)
+		} else if len(removed) > 0 {
+			c.log.Info("removed iptables rules the plugins left (DEL without namespace)", "network", net.Name(), "id", a.ContainerID, "removed", len(removed))
 		}
 	}
 	return c.wrap(ctx, "DEL", net, a.ContainerID, err)

@@ -479,13 +479,9 @@ func (r *run) delCached(ctx context.Context, nw *network, e cacheEntry) error {
 	if isPinned {
 		att.NetNS = e.NetNS
 	}
+	// Without the namespace, Del also removes the attachment's marked rules.
 	if err := r.o.CNI.Del(ctx, nw.conf, nw.name, att); err != nil {
 		return err
-	}
-	if !isPinned {
-		if _, err := hostclean.RemoveAttachmentRules(ctx, nw.name, e.ContainerID); err != nil {
-			return fmt.Errorf("remove iptables rules left by DEL without namespace: %w", err)
-		}
 	}
 	if e.NetNS == "" || strings.HasPrefix(e.NetNS, "/proc/") {
 		return nil
@@ -517,11 +513,9 @@ func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []ho
 		ifname = "eth0"
 	}
 	if nw.conf != nil {
+		// No namespace: Del also removes the holder's marked rules.
 		if err := r.o.CNI.Del(ctx, nw.conf, nw.name, &cni.Attachment{ContainerID: id, IfName: ifname}); err != nil {
 			r.log.Warn("DEL of an unknown lease holder failed; removing its lease files directly", "network", nw.name, "id", id, "err", err)
-		}
-		if _, err := hostclean.RemoveAttachmentRules(ctx, nw.name, id); err != nil {
-			r.log.Warn("could not remove iptables rules of an unknown lease holder", "network", nw.name, "id", id, "err", err)
 		}
 	}
 	var errs []error
