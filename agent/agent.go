@@ -143,6 +143,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
+	// One agent per data dir (it resumes jobs and reconciles as their
+	// owner); any number of other berth commands may use the store beside
+	// it. Then the listeners, before the reconcile: a second agent on the
+	// same socket is told at once, not after a host-wide sweep.
+	owner, err := store.LockOwner(cfg.DataDir, "berth agent")
+	if err != nil {
+		return err
+	}
+	defer owner.Release()
+	ul, err := listenUnix(cfg.API.Socket, a.log)
+	if err != nil {
+		return err
+	}
+	a.unixAddr = cfg.API.Socket
+	defer ul.closeAndRemove()
+	var tl net.Listener
+	if cfg.API.TCPAddress != "" {
+		if tl, err = net.Listen("tcp", cfg.API.TCPAddress); err != nil {
+			return fmt.Errorf("listen on api.tcp_address %s: %w", cfg.API.TCPAddress, err)
+		}
+		defer tl.Close()
+		a.tcpAddr = tl.Addr().String()
+	}
+
 	st, err := store.Open(ctx, cfg.DataDir, store.Options{Logger: a.log, Retention: cfg.Retention})
 	if err != nil {
 		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
@@ -195,20 +219,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("reconcile at start: %w", err)
-	}
-
-	ul, err := listenUnix(cfg.API.Socket, a.log)
-	if err != nil {
-		return err
-	}
-	a.unixAddr = cfg.API.Socket
-	defer ul.closeAndRemove()
-	var tl net.Listener
-	if cfg.API.TCPAddress != "" {
-		if tl, err = net.Listen("tcp", cfg.API.TCPAddress); err != nil {
-			return fmt.Errorf("listen on api.tcp_address %s: %w", cfg.API.TCPAddress, err)
-		}
-		a.tcpAddr = tl.Addr().String()
 	}
 
 	mux := a.routes()

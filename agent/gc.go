@@ -28,6 +28,7 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 		OpenDriver:      a.sharedDriver,
 		DryRun:          dryRun,
 		IgnoreBackoff:   force,
+		TidyIdle:        tidyIdle(force),
 		ForeignPrefixes: req.ForeignPrefixes,
 		ForeignNetworks: req.ForeignNetworks,
 		Logger:          a.log.With("gc", why),
@@ -69,6 +70,15 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 			"reclaimed", len(rep.Reclaimed), "errors", len(rep.Errors), "duration_ms", rep.DurationMS)
 	}
 	return out, err
+}
+
+// tidyIdle: a collection asked through the API tidies idle networks at
+// once, as `berth gc` does; the agent's own wait (gc.DefaultTidyIdle).
+func tidyIdle(asked bool) time.Duration {
+	if asked {
+		return 0
+	}
+	return gc.DefaultTidyIdle
 }
 
 // sharedDriver lends gc the agent's own driver (its podman service) for

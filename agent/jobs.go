@@ -196,7 +196,6 @@ func (a *Agent) start(jr *jobRun) error {
 		if err != nil {
 			log.Error("job run failed", "err", err)
 		}
-		runner.TidyJobNetworks(ctx, a.m, job, a.bridge(), a.log)
 		a.finish(jr, sum, err, natural)
 	}()
 	return nil

@@ -168,7 +168,10 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 	if err := netns.ValidateName(req.ID); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.Lock(req.ID)
+	unlock, err := m.lockID(ctx, req.ID)
+	if err != nil {
+		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
+	}
 	defer unlock()
 
 	net, err := m.network(ctx, req)
@@ -307,7 +310,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 	// exists (DEL of what was never added is harmless). One fsync fewer
 	// per attachment.
 	fault.Point(fault.AfterNetns)
-	unlockNet, err := m.lockNetwork(ctx, net.Name(), false)
+	unlockNet, err := m.lockNetwork(ctx, net.Name())
 	if err != nil {
 		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
 	}
@@ -401,7 +404,10 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	if err := netns.ValidateName(id); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.Lock(id)
+	unlock, err := m.lockID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("check %s: %w", id, err)
+	}
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -472,7 +478,10 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 	if err := netns.ValidateName(id); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
-	unlock := m.locks.Lock(id)
+	unlock, err := m.lockID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("teardown %s: %w", id, err)
+	}
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	switch {
@@ -491,6 +500,30 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 		return nil, fmt.Errorf("teardown %s: read record: %w", id, err)
 	}
 	return m.teardown(ctx, rec, m.logger(id, rec.NetnsPath, rec.Network))
+}
+
+// Reclaim tears id's attachment down for a collector if still, asked
+// again under the ID's lock with the record as it stands now, says it is
+// still garbage: between the collector's read and now its owner may have
+// finished with it, or another berth may have made a new attachment under
+// the ID. It reports false, and no error, when there was nothing to do.
+func (m *Manager) Reclaim(ctx context.Context, id string, still func(*store.Attachment) bool) (*TeardownReport, bool, error) {
+	unlock, err := m.lockID(ctx, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("reclaim %s: %w", id, err)
+	}
+	defer unlock()
+	rec, err := m.o.Store.GetAttachment(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reclaim %s: read record: %w", id, err)
+	case !still(rec):
+		return nil, false, nil
+	}
+	rep, err := m.teardown(ctx, rec, m.logger(id, rec.NetnsPath, rec.Network))
+	return rep, true, err
 }
 
 // recordFromCache rebuilds a record from libcni's cache, for an
@@ -538,6 +571,12 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	// the mark in every case (fail).
 	if rec.Phase != store.PhaseTearingDown && (rec.AllocID == "" || rec.Phase != store.PhaseReady) {
 		rec.Phase = store.PhaseTearingDown
+		// The process tearing it down owns it now (`net down` in another
+		// process than `net up`'s): a collector elsewhere leaves it alone
+		// while this process lives.
+		if m.o.OwnerPID > 0 {
+			rec.OwnerPID, rec.OwnerStartTime = m.o.OwnerPID, m.o.OwnerStartTime
+		}
 		if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
 			return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
 		}
@@ -557,7 +596,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 		if pinned {
 			att.NetNS = rec.NetnsPath
 		}
-		unlockNet, err := m.lockNetwork(ctx, rec.Network, false)
+		unlockNet, err := m.lockNetwork(ctx, rec.Network)
 		if err != nil {
 			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
 		}

@@ -5,25 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
-	"golang.org/x/sys/unix"
+	"github.com/berth/berth/internal/flock"
 )
 
-// DefaultLockDir holds one lock file per network, shared by every berth
-// process on the host: ADD and DEL hold it shared, GC and tidying hold it
-// exclusive, so a sweep never races an attachment in flight.
+// DefaultLockDir holds berth's cross-process locks, shared by every berth
+// process on the host whatever its data dir: one per network (ADD and DEL
+// hold it shared, gc exclusive, so a sweep never races an attachment in
+// flight), one per attachment ID (its setup, check and teardown are
+// serialised across processes), and the host lock.
 const DefaultLockDir = "/run/berth/lock"
 
 // lockNetwork takes what ADD and DEL need: the network's lock and the host
 // lock, both shared, in that order (every holder takes them in that order,
 // so they cannot deadlock). The returned func releases both.
-func (m *Manager) lockNetwork(ctx context.Context, network string, exclusive bool) (func(), error) {
-	unlockNet, err := LockNetwork(ctx, m.o.LockDir, network, exclusive)
+func (m *Manager) lockNetwork(ctx context.Context, network string) (func(), error) {
+	unlockNet, err := LockNetwork(ctx, m.o.LockDir, network, false)
 	if err != nil {
 		return nil, err
 	}
@@ -33,6 +33,28 @@ func (m *Manager) lockNetwork(ctx context.Context, network string, exclusive boo
 		return nil, err
 	}
 	return func() { unlockHost(); unlockNet() }, nil
+}
+
+// lockID serialises all work on one attachment ID, in this process and
+// across processes: a second `net up` of an ID another berth is creating
+// waits for it, then finds the record and CHECKs. The in-process mutex
+// comes first so that goroutines queue without polling the file.
+func (m *Manager) lockID(ctx context.Context, id string) (func(), error) {
+	unlock := m.locks.Lock(id)
+	l, err := flock.Acquire(ctx, m.idLockPath(id), flock.Options{Exclusive: true, Transient: true})
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("attachment %s: %w", id, err)
+	}
+	return func() { l.Unlock(); unlock() }, nil
+}
+
+func (m *Manager) idLockPath(id string) string {
+	dir := m.o.LockDir
+	if dir == "" {
+		dir = DefaultLockDir
+	}
+	return filepath.Join(dir, "id", sanitize(id)+".lock")
 }
 
 // LockNetwork is the cross-process lock of a network (see DefaultLockDir).
@@ -55,38 +77,11 @@ func lockFile(ctx context.Context, dir, name, what string, exclusive bool) (func
 	if dir == "" {
 		dir = DefaultLockDir
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", what, err)
-	}
-	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	l, err := flock.Acquire(ctx, filepath.Join(dir, name), flock.Options{Exclusive: exclusive})
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", what, err)
 	}
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX
-	}
-	wait := time.Millisecond
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s (%s): %w", what, path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s (%s): %w", what, path, ctx.Err())
-		case <-time.After(wait):
-		}
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
-	}
+	return l.Unlock, nil
 }
 
 func sanitize(s string) string {
@@ -105,6 +100,8 @@ type TidyReport struct {
 	Network string   `json:"network"`
 	Skipped string   `json:"skipped,omitempty"`
 	Removed []string `json:"removed,omitempty"`
+	// Kept says what stayed because something else uses it.
+	Kept []string `json:"kept,omitempty"`
 }
 
 // TidyNetwork removes what the network's plugins leave on the host by
@@ -145,10 +142,14 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 			if conf.Bridge == "" {
 				conf.Bridge = "cni0"
 			}
-			ok, err := hostclean.RemoveBridgeIfUnused(ctx, conf.Bridge)
+			ports, err := hostclean.RemoveBridgeIfUnused(ctx, conf.Bridge)
 			errs = append(errs, err)
-			if ok {
+			switch {
+			case err != nil:
+			case ports == 0:
 				rep.Removed = append(rep.Removed, "bridge "+conf.Bridge)
+			case ports > 0:
+				rep.Kept = append(rep.Kept, fmt.Sprintf("bridge %s has %d interface(s) of another runtime attached", conf.Bridge, ports))
 			}
 		}
 		if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {

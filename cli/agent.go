@@ -13,7 +13,6 @@ import (
 
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/gc"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {
@@ -224,33 +223,4 @@ func agentClient(ctx context.Context, cf *ClientFlags) (c *api.Client, ok bool, 
 		return nil, false, err
 	}
 	return c, true, nil
-}
-
-// gcThroughAgent runs gc in the agent when one answers at $BERTH_ADDR (or
-// the default socket): the agent owns the data dir, so a local gc could
-// not open the store. handled is false when no agent answers; the caller
-// then collects locally.
-func (g *Globals) gcThroughAgent(ctx context.Context, req api.GCRequest) (rep *gc.Report, handled bool, err error) {
-	c, ok, err := agentClient(ctx, nil)
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	defer c.Close()
-	g.Logger().Debug("collecting garbage through the agent", "address", c.Address())
-	ar, err := c.GC(ctx, req)
-	if err != nil {
-		return nil, true, err
-	}
-	conv := func(items []api.GCItem) []gc.Item {
-		out := make([]gc.Item, 0, len(items))
-		for _, it := range items {
-			out = append(out, gc.Item(it))
-		}
-		return out
-	}
-	return &gc.Report{
-		DryRun: ar.DryRun, StoreUnavailable: ar.StoreUnavailable, Reboot: ar.Reboot,
-		Found: conv(ar.Found), Reclaimed: conv(ar.Reclaimed), Kept: conv(ar.Kept),
-		Errors: append([]string{}, ar.Errors...), DurationMS: ar.DurationMS,
-	}, true, nil
 }

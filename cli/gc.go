@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/driver"
 	execdrv "github.com/berth/berth/driver/exec"
@@ -51,22 +50,6 @@ be reclaimed.`,
 				defer st.Close()
 				opts.Store = st
 				opts.Attach = g.Manager(st)
-			case errors.Is(err, store.ErrLocked):
-				// An agent owns this data dir: it collects, with its store.
-				rep, handled, aerr := g.gcThroughAgent(ctx, api.GCRequest{DryRun: dryRun, ForeignPrefixes: prefixes, ForeignNetworks: networks})
-				if !handled {
-					return err
-				}
-				if aerr != nil {
-					return aerr
-				}
-				if perr := g.printGCReport(rep); perr != nil {
-					return perr
-				}
-				if rep.Failed() {
-					return exitCode(1)
-				}
-				return nil
 			case errors.Is(err, store.ErrCorrupt):
 				// The host must still be swept: what the lost store knew
 				// is found through the cache and the markers.
@@ -229,7 +212,7 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 func (g *Globals) Reconcile(ctx context.Context, st *store.Store, m *attach.Manager) {
 	ds, open := g.gcDrivers()
 	rep, err := gc.Run(ctx, gc.Options{Attach: m, Store: st, LockDir: g.LockDir, Drivers: ds, OpenDriver: open,
-		Logger: g.Logger(), StoreID: st.ID()})
+		Logger: g.Logger(), StoreID: st.ID(), TidyIdle: gc.DefaultTidyIdle})
 	switch {
 	case err != nil:
 		g.Logger().Warn("reconcile at start failed; run `berth gc`", "err", err)

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/attach"
-	"github.com/berth/berth/cni"
 	"github.com/berth/berth/store"
 )
 
@@ -155,31 +154,23 @@ func newNetCheckCmd(g *Globals) *cobra.Command {
 }
 
 func newNetDownCmd(g *Globals) *cobra.Command {
-	var keep bool
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:   "down ID",
 		Short: "DEL ID's CNI attachment and remove its namespace (idempotent)",
-		Args:  cobra.ExactArgs(1),
+		Long: `down runs CNI DEL while the namespace still exists, then removes the namespace
+and berth's record. What the network's plugins keep for every attachment by design
+(the bridge, the shared CNI-FORWARD/CNI-ADMIN chains) stays, as with every CNI
+runtime; berth gc removes it once no interface of any runtime uses it.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
 			return g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
-				var net *cni.Network
-				if rec, err := m.Get(ctx, a[0]); err == nil {
-					net, _ = cni.ParseNetwork(rec.ConfList, "record of "+a[0])
-				}
 				rep, err := m.Teardown(ctx, a[0])
 				if err != nil {
 					return err
 				}
-				var tidy *attach.TidyReport
-				if net != nil && !keep {
-					tidy, err = m.TidyNetwork(ctx, net)
-					if err != nil {
-						g.Logger().Warn("could not tidy the network after its last attachment", "network", net.Name(), "err", err)
-					}
-				}
 				if g.JSON {
-					return g.PrintJSON(map[string]any{"teardown": rep, "tidy": tidy})
+					return g.PrintJSON(map[string]any{"teardown": rep})
 				}
 				switch {
 				case rep.Nothing:
@@ -190,15 +181,10 @@ func newNetDownCmd(g *Globals) *cobra.Command {
 						fmt.Fprintf(g.stdout, "  namespace was busy, detached; holders: %s\n", strings.Join(rep.Holders, "; "))
 					}
 				}
-				if tidy != nil && len(tidy.Removed) > 0 {
-					fmt.Fprintf(g.stdout, "  last attachment of %s gone; removed %s\n", tidy.Network, strings.Join(tidy.Removed, ", "))
-				}
 				return nil
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&keep, "keep-network", false, "keep the bridge and shared CNI chains even when this was the network's last attachment")
-	return cmd
 }
 
 func newNetLsCmd(g *Globals) *cobra.Command {

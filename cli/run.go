@@ -148,6 +148,11 @@ stops running tasks, tears their networks down and prints the summary.`,
 			}
 			sum, err := r.RunJob(ctx, job, runner.RunOptions{
 				MaxRuns: maxRuns, For: forDur,
+				OnStart: func(a *store.Allocation) {
+					if !g.JSON {
+						fmt.Fprintln(g.stdout, startLine(a))
+					}
+				},
 				OnAlloc: func(a *store.Allocation) {
 					if g.JSON {
 						return
@@ -161,7 +166,6 @@ stops running tasks, tears their networks down and prints the summary.`,
 			if err != nil {
 				return err
 			}
-			runner.TidyJobNetworks(ctx, m, job, rf.bridge(), g.Logger())
 			if g.JSON {
 				if err := g.PrintJSON(sum); err != nil {
 					return err
@@ -179,6 +183,28 @@ stops running tasks, tears their networks down and prints the summary.`,
 	cmd.Flags().IntVar(&maxRuns, "max-runs", 0, "stop a periodic job after N launches (0: no limit)")
 	cmd.Flags().DurationVar(&forDur, "for", 0, "stop launching and stop running tasks after this long (0: no limit)")
 	return cmd
+}
+
+// startLine says where a started allocation can be reached: a user running
+// a service in the foreground needs its address before it ends.
+func startLine(a *store.Allocation) string {
+	addr := "-"
+	var ports []string
+	if n := a.Network; n != nil {
+		if len(n.IPv4) > 0 {
+			addr = strings.Join(n.IPv4, ",")
+		} else if n.Mode == "host" {
+			addr = "host"
+		}
+		for _, p := range n.Ports {
+			ports = append(ports, fmt.Sprintf("%s %s:%d -> %d", p.Label, p.HostIP, p.HostPort, p.To))
+		}
+	}
+	line := fmt.Sprintf("%-36s  %-8s  %s", a.ID, "started", addr)
+	if len(ports) > 0 {
+		line += "  " + strings.Join(ports, ", ")
+	}
+	return line
 }
 
 func exitCodes(a *store.Allocation) string {

@@ -61,10 +61,6 @@ func CheckLeftovers(ctx context.Context, find LeakFinder) Check {
 	fs, err := find(ctx)
 	if err != nil {
 		switch {
-		case errors.Is(err, store.ErrLocked):
-			c.Status = StatusSkip
-			c.Message = fmt.Sprintf("cannot read berth's records while the agent owns the store (%v); the agent's own gc covers this node", err)
-			return c
 		case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrNewerSchema):
 			c.Status = StatusSkip
 			c.Message = "berth's records cannot be read (see the store check); without them every namespace would look leaked"

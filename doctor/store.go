@@ -60,24 +60,8 @@ func CheckStore(ctx context.Context, dataDir string) Check {
 		return c
 	}
 	st, err := store.Open(ctx, dataDir, store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	var locked *store.LockedError
 	switch {
 	case err == nil:
-	case errors.As(err, &locked):
-		c.Status = StatusOK
-		if locked.PID > 0 {
-			who := locked.Command
-			if who == "" {
-				who = "berth"
-			}
-			c.Message = fmt.Sprintf("store %s is in use by %s pid %d (the agent owns it; not checked further)", db, who, locked.PID)
-		} else {
-			c.Message = fmt.Sprintf("store %s is in use by another process (the agent owns it; not checked further)", db)
-		}
-		return c
-	case errors.Is(err, store.ErrLocked):
-		c.Status, c.Message = StatusOK, fmt.Sprintf("store %s is in use: %v", db, err)
-		return c
 	case errors.Is(err, store.ErrCorrupt):
 		c.Status, c.Message = StatusFail, err.Error()
 		c.Fix = corruptFix(db)
@@ -108,6 +92,9 @@ func CheckStore(ctx context.Context, dataDir string) Check {
 	}
 	c.Status = StatusOK
 	c.Message = fmt.Sprintf("store %s readable: %d attachment(s), %d pending teardown", db, len(atts), pending)
+	if pid := store.OwnerPID(dataDir); pid > 0 {
+		c.Message += fmt.Sprintf("; owned by the berth agent pid %d", pid)
+	}
 	return c
 }
 

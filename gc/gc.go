@@ -44,6 +44,12 @@ const (
 	KindBridge     = "bridge"      // what a network keeps after its last attachment
 )
 
+// DefaultTidyIdle is how long a network berth used must have had no
+// attachment before a collection that runs by itself (an agent's, the
+// reconcile of `berth run`) tidies it: a periodic job must not pay for
+// rebuilding the bridge and shared chains at every launch.
+const DefaultTidyIdle = 10 * time.Minute
+
 // Item is one thing found, reclaimed or kept.
 type Item struct {
 	Kind    string `json:"kind"`
@@ -112,6 +118,14 @@ type Options struct {
 	Now func() time.Time
 	// TaskTimeout bounds the stop of one task (default 1 minute).
 	TaskTimeout time.Duration
+	// TidyIdle: the networks berth used (store.ListNetworks) that have had
+	// no attachment for at least this long get their bridge, host-local
+	// directory and the shared chains removed, when nothing of any runtime
+	// uses them. 0 tidies every idle network now (`berth gc`); an agent
+	// waits a while so that a periodic job does not pay for rebuilding
+	// them at every launch. Negative: only networks this run reclaimed
+	// from are tidied.
+	TidyIdle time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -226,6 +240,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
 	o.IgnoreBackoff = false
+	o.TidyIdle = -1
 	r, err := newRun(o)
 	if err != nil {
 		return nil, err
@@ -267,6 +282,19 @@ func (r *run) reclaimed(it Item) {
 	r.log.Info("gc reclaimed", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
 }
 
+// withdraw takes back a found item that turned out not to be garbage
+// after all, and keeps it with the reason why.
+func (r *run) withdraw(it Item, why string) {
+	for i := len(r.rep.Found) - 1; i >= 0; i-- {
+		if r.rep.Found[i] == it {
+			r.rep.Found = append(r.rep.Found[:i], r.rep.Found[i+1:]...)
+			break
+		}
+	}
+	it.Reason = why
+	r.kept(it)
+}
+
 func (r *run) kept(it Item) {
 	r.rep.Kept = append(r.rep.Kept, it)
 	r.log.Info("gc kept", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
@@ -301,11 +329,35 @@ func (r *run) touch(network string, conf *cni.Network) {
 }
 
 // tidy removes what the plugins keep by design (bridge, host-local dir,
-// shared chains) from networks this run reclaimed from, once they have no
-// attachment left. Networks berth never touched are left alone, even if
-// their bridge is unused: it may not be berth's.
+// shared chains) from the networks this run reclaimed from and from the
+// networks berth used that have been idle for TidyIdle, once they have no
+// attachment left and no interface of any runtime on their bridge. A
+// network that is not berth's is never tidied, even if its bridge is
+// unused.
 func (r *run) tidy(ctx context.Context) {
-	if r.o.DryRun || len(r.touched) == 0 {
+	if r.o.DryRun {
+		return
+	}
+	lastUsed := map[string]time.Time{}
+	if r.o.Store != nil && r.o.TidyIdle >= 0 {
+		nets, err := r.o.Store.ListNetworks(ctx)
+		if err != nil {
+			r.errorf("read berth's networks: %w", err)
+		}
+		for _, n := range nets {
+			if r.o.Now().Sub(n.LastUsed) < r.o.TidyIdle {
+				continue
+			}
+			conf, err := cni.ParseNetwork(n.ConfList, "store record of network "+n.Name)
+			if err != nil {
+				r.errorf("network %q: %w", n.Name, err)
+				continue
+			}
+			lastUsed[n.Name] = n.LastUsed
+			r.touch(n.Name, conf)
+		}
+	}
+	if len(r.touched) == 0 {
 		return
 	}
 	var confs map[string]*cni.Network
@@ -342,6 +394,16 @@ func (r *run) tidy(ctx context.Context) {
 				kind = KindIptables
 			}
 			r.reclaimed(Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: removed " + what})
+		}
+		for _, what := range tr.Kept {
+			r.kept(Item{Kind: KindBridge, Network: name, Path: what, Reason: "network has no attachment of berth's, but " + what})
+		}
+		used, ours := lastUsed[name]
+		if err != nil || !ours || tr.Skipped != "" || len(tr.Kept) > 0 {
+			continue
+		}
+		if _, err := r.o.Store.ForgetNetwork(ctx, name, used); err != nil {
+			r.errorf("%w", err)
 		}
 	}
 }

@@ -285,7 +285,7 @@ func TestCorruptStore(t *testing.T) {
 	if _, err := os.Stat("/run/netns/" + id); err != nil {
 		t.Errorf("namespace %s that may be in use was removed: %v", id, err)
 	}
-	e.mustBerth(t, "net", "down", id)
+	e.downThenGC(t, id)
 	e.assertClean(t, id, ghost)
 }
 
@@ -321,7 +321,7 @@ func TestUserAttachmentKept(t *testing.T) {
 	if _, err := os.Stat("/run/netns/" + id); err != nil {
 		t.Fatalf("namespace %s gone: %v", id, err)
 	}
-	e.mustBerth(t, "net", "down", id)
+	e.downThenGC(t, id)
 	e.assertClean(t, id)
 }
 

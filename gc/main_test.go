@@ -218,6 +218,20 @@ func has(items []gc.Item, kind, id string) bool {
 
 // assertClean checks that nothing of the attachments is left, and that the
 // network is tidied away (bridge, host-local dir) as before the test.
+// downThenGC runs `berth net down` of each ID, checks that the network's
+// bridge stays (what CNI keeps for every attachment is left for the next
+// one, as every CNI runtime does), then runs `berth gc`, which tidies it.
+func (e *env) downThenGC(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		e.mustBerth(t, "net", "down", id)
+	}
+	if err := exec.Command("ip", "link", "show", e.net.Bridge).Run(); err != nil {
+		t.Errorf("net down removed the network's bridge %s", e.net.Bridge)
+	}
+	e.mustBerth(t, "gc")
+}
+
 func (e *env) assertClean(t *testing.T, ids ...string) {
 	t.Helper()
 	ctx := context.Background()

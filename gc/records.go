@@ -98,8 +98,18 @@ func (r *run) replay(ctx context.Context) {
 		if r.o.DryRun {
 			continue
 		}
-		if _, err := r.o.Attach.Teardown(ctx, rec.ID); err != nil {
+		// Judged again under the ID's lock: another berth process may
+		// have finished it, or made a new one, since the list was read.
+		_, done, err := r.o.Attach.Reclaim(ctx, rec.ID, func(now *store.Attachment) bool {
+			reason, keep := r.judge(now, byID, allocsOK, lost, blocked)
+			return reason != "" && !keep
+		})
+		if err != nil {
 			r.fail(it, err)
+			continue
+		}
+		if !done {
+			r.withdraw(it, "the record changed since it was read (another berth process finished it or made it anew): left to that process")
 			continue
 		}
 		r.reclaimed(it)

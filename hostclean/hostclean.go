@@ -24,36 +24,41 @@ import (
 // HostLocalDir is where host-local keeps its leases, one directory per network.
 const HostLocalDir = hostlocal.DefaultDir
 
-// RemoveBridgeIfUnused deletes the bridge called name when no interface is
-// attached to it. It reports whether it deleted it.
-func RemoveBridgeIfUnused(ctx context.Context, name string) (bool, error) {
+// RemoveBridgeIfUnused deletes the bridge called name when no interface (of
+// any runtime) is attached to it. It reports how many are: 0 when it
+// deleted the bridge, more when it kept it, -1 when there was no bridge of
+// that name.
+func RemoveBridgeIfUnused(ctx context.Context, name string) (ports int, err error) {
 	if name == "" {
-		return false, nil
+		return -1, nil
 	}
 	br, err := netlink.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
-			return false, nil
+			return -1, nil
 		}
-		return false, fmt.Errorf("find bridge %s: %w", name, err)
+		return -1, fmt.Errorf("find bridge %s: %w", name, err)
 	}
 	if br.Type() != "bridge" {
-		return false, nil
+		return -1, nil
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
-		return false, fmt.Errorf("list links: %w", err)
+		return -1, fmt.Errorf("list links: %w", err)
 	}
 	for _, l := range links {
 		if l.Attrs().MasterIndex == br.Attrs().Index {
-			return false, nil
+			ports++
 		}
 	}
-	if err := netlink.LinkDel(br); err != nil {
-		return false, fmt.Errorf("delete unused bridge %s: %w", name, err)
+	if ports > 0 {
+		return ports, nil
 	}
-	return true, nil
+	if err := netlink.LinkDel(br); err != nil {
+		return -1, fmt.Errorf("delete unused bridge %s: %w", name, err)
+	}
+	return 0, nil
 }
 
 // RemoveHostLocalDirIfEmpty deletes a network's host-local directory when

@@ -25,6 +25,9 @@ type RunOptions struct {
 	For time.Duration
 	// OnAlloc is called with each allocation as it finishes.
 	OnAlloc func(*store.Allocation)
+	// OnStart is called with each allocation as its tasks start, its
+	// network (address, ports) set up.
+	OnStart func(*store.Allocation)
 	// Now and After let tests drive the periodic clock.
 	Now func() time.Time
 }
@@ -95,7 +98,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 				go func() {
 					defer wg.Done()
 					defer running.Add(-1)
-					a := r.RunAlloc(ctx, job, g, i)
+					a := r.RunAlloc(ctx, job, g, i, o.OnStart)
 					mu.Lock()
 					sum.record(a, &setup, &teardown, &gone)
 					if len(ids) >= maxLeakCheckIDs {

@@ -112,6 +112,11 @@ func NewAllocID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
+// hostIP is the host address the group's ports are published on: portmap
+// maps them on every host address, and loopback is the one a task and the
+// operator can always reach (berth runs on one node).
+const hostIP = "127.0.0.1"
+
 // allocRun is one allocation in flight.
 type allocRun struct {
 	r     *Runner
@@ -126,6 +131,7 @@ type allocRun struct {
 	// lastExit is when the last task process exited, to measure how long
 	// the namespace outlives the workload.
 	lastExit time.Time
+	started  func(*store.Allocation)
 
 	mu sync.Mutex // guards alloc
 }
@@ -133,10 +139,13 @@ type allocRun struct {
 // RunAlloc runs one allocation of group to its end and returns its final
 // record. It returns early only when ctx ends; the tasks are then stopped
 // and the network torn down before it returns.
-func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int) *store.Allocation {
+//
+// started, if set, is called once the network is up and the tasks are about
+// to start, with the allocation as it then stands (address and ports).
+func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation)) *store.Allocation {
 	id := NewAllocID()
 	now := time.Now()
-	a := &allocRun{r: r, job: job, group: group, index: index}
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started}
 	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
 	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
@@ -232,7 +241,16 @@ func (a *allocRun) run(ctx context.Context) {
 	// Recorded with the first task's handle, one write fewer.
 	a.mu.Lock()
 	a.alloc.Status = store.AllocRunning
+	if a.alloc.Network != nil {
+		a.alloc.Network.Ports = nil
+		for _, p := range a.ports {
+			a.alloc.Network.Ports = append(a.alloc.Network.Ports, store.PortMapping{Label: p.Label, HostIP: hostIP, HostPort: p.HostPort, To: p.ContainerPort})
+		}
+	}
 	a.mu.Unlock()
+	if a.started != nil && ctx.Err() == nil {
+		a.started(a.snapshot())
+	}
 
 	if ctx.Err() != nil {
 		a.event2("Killed", "allocation stopped before its tasks started")
@@ -421,10 +439,10 @@ func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]
 		vars["NOMAD_PORT_"+l] = strconv.Itoa(p.ContainerPort)
 		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(p.ContainerPort)
 		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(p.HostPort)
-		vars["NOMAD_HOST_IP_"+l] = "127.0.0.1"
+		vars["NOMAD_HOST_IP_"+l] = hostIP
 		vars["NOMAD_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
 		vars["NOMAD_ALLOC_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_HOST_ADDR_"+l] = "127.0.0.1:" + strconv.Itoa(p.HostPort)
+		vars["NOMAD_HOST_ADDR_"+l] = hostIP + ":" + strconv.Itoa(p.HostPort)
 	}
 	for k, v := range j.Meta {
 		vars["NOMAD_META_"+k] = v

@@ -26,7 +26,10 @@ func (s *Store) PutAttachment(ctx context.Context, a *Attachment) error {
 		rec.CreatedAt = rec.UpdatedAt
 	}
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		return putRecord(tx, bucketAttachments, kindAttachment, rec.ID, &rec)
+		if err := putRecord(tx, bucketAttachments, kindAttachment, rec.ID, &rec); err != nil {
+			return err
+		}
+		return putNetwork(tx, &rec)
 	})
 	if err != nil {
 		return fmt.Errorf("put attachment %s: %w", a.ID, err)
@@ -95,6 +98,6 @@ func (s *Store) UpdateAttachment(ctx context.Context, id string, fn func(*Attach
 		if err := putRecord(tx, bucketAttachments, kindAttachment, id, a); err != nil {
 			return fmt.Errorf("update attachment %s: %w", id, err)
 		}
-		return nil
+		return putNetwork(tx, a)
 	})
 }

@@ -8,106 +8,126 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/berth/berth/internal/flock"
 )
 
-// LockedError says who owns a data dir. It matches ErrLocked with errors.Is.
+// OwnerLockFile is held exclusively by the one process that owns a data dir
+// for its lifetime: the agent, which resumes jobs and reconciles at start,
+// and so must be alone. Other berth processes share the store freely.
+const OwnerLockFile = "agent.lock"
+
+// LockedError says who holds a data dir where exclusive use was needed.
+// It matches ErrLocked with errors.Is.
 type LockedError struct {
 	Dir      string
 	LockPath string
-	// PID is the holder as written in the lock file; 0 if it had not
-	// written it yet (or the file could not be read).
+	// What is being refused, e.g. "berth agent".
+	What string
+	// PID is the holder (from the lock file or /proc/locks); 0 if unknown.
 	PID int
 	// Command is the holder's /proc/<pid>/comm, if it could be read.
 	Command string
 }
 
 func (e *LockedError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "another process"
+	}
 	if e.PID == 0 {
-		return fmt.Sprintf("data dir %s is in use by another process (lock %s, holder pid unknown): stop it or pass --data-dir", e.Dir, e.LockPath)
+		return fmt.Sprintf("data dir %s is in use by %s (lock %s, holder pid unknown): stop it or pass --data-dir", e.Dir, what, e.LockPath)
 	}
 	who := e.Command
 	if who == "" {
 		who = "berth"
 	}
-	return fmt.Sprintf("data dir %s is in use by %s (pid %d, lock %s): stop it or pass --data-dir", e.Dir, who, e.PID, e.LockPath)
+	return fmt.Sprintf("data dir %s is in use by %s (%s, pid %d, lock %s): stop it or pass --data-dir", e.Dir, what, who, e.PID, e.LockPath)
 }
 
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
-// dirLock is an exclusive flock on <dir>/berth.lock. flock belongs to the
-// open file description, so a second open of the file, even in this
-// process, conflicts; and the kernel drops it when the holder dies, so a
-// crashed berth never leaves a stale lock.
-type dirLock struct {
-	f *os.File
-}
-
-func acquireDirLock(dir string) (*dirLock, error) {
-	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open lock file %s: %w", path, err)
-	}
-	if err := flockNB(f); err != nil {
-		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, lockedError(dir, path)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	// The PID is only for the message another process prints; it is not
-	// what excludes (the flock is), so a failed write is not fatal.
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return &dirLock{f: f}, nil
-}
-
-func flockNB(f *os.File) error {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-func lockedError(dir, path string) error {
-	e := &LockedError{Dir: dir, LockPath: path}
+func lockedError(dir, path, what string) error {
+	e := &LockedError{Dir: dir, LockPath: path, What: what}
 	if b, err := os.ReadFile(path); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
 			e.PID = pid
-			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-				e.Command = strings.TrimSpace(string(comm))
-			}
+		}
+	}
+	if e.PID == 0 {
+		if pids := flock.Holders(path); len(pids) > 0 {
+			e.PID = pids[0]
+		}
+	}
+	if e.PID > 0 {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", e.PID)); err == nil {
+			e.Command = strings.TrimSpace(string(comm))
 		}
 	}
 	return e
 }
 
-// release clears the PID (so a stale one is never shown) and drops the
+// OwnerLock is a held OwnerLockFile.
+type OwnerLock struct{ l *flock.Lock }
+
+// LockOwner makes this process the owner of dataDir (see OwnerLockFile),
+// or fails with a LockedError naming the owner. what names this process in
+// that error for others ("berth agent").
+func LockOwner(dataDir, what string) (*OwnerLock, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", dataDir, err)
+	}
+	path := filepath.Join(dataDir, OwnerLockFile)
+	l, err := flock.TryAcquire(path, flock.Options{Exclusive: true})
+	if errors.Is(err, flock.ErrWouldBlock) {
+		return nil, lockedError(dataDir, path, what)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The PID is only for the message another process prints; it is not
+	// what excludes (the flock is), so a failed write is not fatal.
+	if err := l.File().Truncate(0); err == nil {
+		_, _ = l.File().WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &OwnerLock{l: l}, nil
+}
+
+// Release clears the PID (so a stale one is never shown) and drops the
 // lock. The file itself stays: removing it would let two processes lock two
 // different inodes under the same name.
-func (l *dirLock) release() {
-	if l == nil || l.f == nil {
+func (o *OwnerLock) Release() {
+	if o == nil || o.l == nil {
 		return
 	}
-	_ = l.f.Truncate(0)
-	_ = l.f.Close()
-	l.f = nil
+	_ = o.l.File().Truncate(0)
+	o.l.Unlock()
+	o.l = nil
+}
+
+// OwnerPID is the process that holds dataDir's owner lock, or 0. It only
+// reads /proc/locks, so asking never gets in an owner's way.
+func OwnerPID(dataDir string) int {
+	if pids := flock.Holders(filepath.Join(dataDir, OwnerLockFile)); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
 }
 
 // MoveAside renames a damaged db file to <path>.corrupt (or .corrupt.N if
-// that exists) and returns the new name. It takes the data dir's lock first
-// so that it can never pull the store from under a running berth.
+// that exists) and returns the new name. It refuses (ErrLocked) while any
+// berth has the store open, so that it never pulls the store from under
+// one.
 func MoveAside(path string) (string, error) {
 	dir := filepath.Dir(path)
-	lock, err := acquireDirLock(dir)
+	usersPath := filepath.Join(dir, UsersLockFile)
+	users, err := flock.TryAcquire(usersPath, flock.Options{Exclusive: true})
+	if errors.Is(err, flock.ErrWouldBlock) {
+		return "", fmt.Errorf("move %s aside: %w", path, lockedError(dir, usersPath, "a berth process with the store open"))
+	}
 	if err != nil {
 		return "", fmt.Errorf("move %s aside: %w", path, err)
 	}
-	defer lock.release()
+	defer users.Unlock()
 
 	if _, err := os.Lstat(path); err != nil {
 		return "", fmt.Errorf("move %s aside: %w", path, err)

@@ -311,7 +311,7 @@ func damageRoot(bucket []byte, off int64, data func() []byte) func(*testing.T, s
 func TestCorruptRecord(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t, Options{})
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(context.Background(), func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketAllocations).Put([]byte("bad"), []byte(`{"id":`)); err != nil {
 			return err
 		}

@@ -123,7 +123,7 @@ func TestRetentionReindex(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkIndex(t, s)
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := s.view(context.Background(), func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketTerminal).Bucket([]byte("\x00k")) != nil {
 			t.Error("empty index bucket of job k left behind")
 		}
@@ -164,7 +164,7 @@ func checkIndex(t *testing.T, s *Store) {
 		}
 	}
 	got := map[string]bool{}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(context.Background(), func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketTerminal).ForEachBucket(func(job []byte) error {
 			return tx.Bucket(bucketTerminal).Bucket(job).ForEach(func(k, _ []byte) error {
 				got[string(job)+"/"+string(k)] = true

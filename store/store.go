@@ -15,38 +15,49 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/berth/berth/internal/flock"
 )
 
 // SchemaVersion is the layout of buckets and records this code reads and
 // writes. Bump it together with a migration in migrations().
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 const (
-	// DBFile and LockFile are the names of the files in the data dir.
-	DBFile   = "berth.db"
-	LockFile = "berth.lock"
+	// DBFile is the database in the data dir. Beside it: UsersLockFile,
+	// held shared by every open Store for its lifetime (so that MoveAside
+	// can refuse while one is open), and TxLockFile, held for the length
+	// of one transaction (shared to read, exclusive to write).
+	DBFile        = "berth.db"
+	UsersLockFile = "berth.lock"
+	TxLockFile    = "berth.tx.lock"
 
 	// DefaultRetention is how many terminal allocations of one job are kept.
 	DefaultRetention = 50
-	// DefaultTimeout bounds the wait for bbolt's own lock on the db file.
-	// Our lock file is taken first and never waits, so this only matters if
-	// something other than berth holds the db file.
-	DefaultTimeout = time.Second
+	// DefaultTimeout bounds the wait for one transaction's lock. Other
+	// berth processes hold it for a transaction (a millisecond or two),
+	// so waiting this long means something is wrong with its holder.
+	DefaultTimeout = 30 * time.Second
 )
 
 var (
 	// ErrNotFound: no record with that ID.
 	ErrNotFound = errors.New("not found")
-	// ErrLocked: another process (or another Store in this process) owns the data dir.
+	// ErrLocked: the data dir is in use where exclusive use is needed
+	// (an agent owns it, or MoveAside while a berth has the store open).
 	ErrLocked = errors.New("data dir is locked")
 	// ErrNewerSchema: the store was written by a newer berth.
 	ErrNewerSchema = errors.New("store schema is newer than this berth supports")
 	// ErrCorrupt: the db file (or a record in it) cannot be read.
 	ErrCorrupt = errors.New("store is corrupt")
+	// ErrReplaced: the db file was moved aside or replaced while this
+	// Store was open.
+	ErrReplaced = errors.New("store file was moved aside or replaced")
 )
 
 var (
@@ -54,6 +65,7 @@ var (
 	bucketAttachments = []byte("attachments")
 	bucketAllocations = []byte("allocations")
 	bucketJobs        = []byte("jobs")
+	bucketNetworks    = []byte("networks")
 	// bucketTerminal indexes terminal allocations: one sub-bucket per job,
 	// keys are ModifiedAt (big-endian nanoseconds) followed by the alloc ID,
 	// so the oldest come first and retention never has to scan all allocs.
@@ -63,14 +75,28 @@ var (
 )
 
 func dataBuckets() [][]byte {
-	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal}
+	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal, bucketNetworks}
 }
 
 // migrations returns, by the version they migrate FROM, the steps that bring
 // an older store up to date. Each runs in the same transaction as the version
 // bump, so a crash mid-migration leaves the old version intact.
 func migrations() map[int]func(*bolt.Tx) error {
-	return map[int]func(*bolt.Tx) error{}
+	return map[int]func(*bolt.Tx) error{
+		// 2 adds the networks berth used, filled from the attachments.
+		1: func(tx *bolt.Tx) error {
+			if _, err := tx.CreateBucketIfNotExists(bucketNetworks); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketAttachments).ForEach(func(k, raw []byte) error {
+				var a Attachment
+				if json.Unmarshal(raw, &a) != nil {
+					return nil // an undecodable record names no network
+				}
+				return putNetwork(tx, &a)
+			})
+		},
+	}
 }
 
 // Options tune a Store. The zero value is usable.
@@ -80,26 +106,34 @@ type Options struct {
 	Retention int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Timeout bounds the wait for bbolt's lock on the db file; 0 means
+	// Timeout bounds the wait for one transaction's lock; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
 }
 
 // Store is berth's durable state: attachments, allocations and jobs in one
-// bbolt file, owned by one process at a time. It is safe for concurrent use.
+// bbolt file. Any number of berth processes may have it open at once: bbolt
+// itself allows one writer process, so the file is opened for each
+// transaction (or each group of writes) under the data dir's transaction
+// lock and closed again, never held between transactions. Nothing slow
+// (a plugin call, a task) ever runs inside one. It is safe for concurrent
+// use.
 type Store struct {
-	db        *bolt.DB
-	lock      *dirLock
+	dir       string
 	path      string
+	txLock    string
+	users     *flock.Lock
+	ident     fileIdent
 	retention int
+	timeout   time.Duration
 	log       *slog.Logger
 
 	closeOnce sync.Once
-	closeErr  error
 
 	// Writes go through one committer goroutine that puts every write
-	// queued meanwhile into the same transaction: one fsync for many
-	// concurrent writers (group commit) instead of one each, in turn.
+	// queued meanwhile into the same transaction: one lock, one open and
+	// one fsync for many concurrent writers (group commit) instead of one
+	// each, in turn.
 	opsMu    sync.RWMutex
 	closed   bool
 	ops      chan writeOp
@@ -107,6 +141,7 @@ type Store struct {
 }
 
 type writeOp struct {
+	ctx  context.Context
 	fn   func(*bolt.Tx) error
 	done chan error
 }
@@ -130,32 +165,41 @@ func (s *Store) commitLoop() {
 				break drain
 			}
 		}
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for _, o := range group {
-				if err := o.fn(tx); err != nil {
-					return err
+		// The group waits for the lock on behalf of its first writer.
+		err := s.withDB(first.ctx, true, func(db *bolt.DB) error {
+			err := db.Update(func(tx *bolt.Tx) error {
+				for _, o := range group {
+					if err := o.fn(tx); err != nil {
+						return err
+					}
 				}
+				return nil
+			})
+			if err == nil || len(group) == 1 {
+				for _, o := range group {
+					o.done <- err
+				}
+				return nil
+			}
+			// One write failed and took the others with it: redo each on
+			// its own so that every caller gets its own outcome.
+			for _, o := range group {
+				o.done <- db.Update(o.fn)
 			}
 			return nil
 		})
-		if err == nil || len(group) == 1 {
+		if err != nil {
 			for _, o := range group {
 				o.done <- err
 			}
-			continue
-		}
-		// One write failed and took the others with it: redo each on its
-		// own so that every caller gets its own outcome.
-		for _, o := range group {
-			o.done <- s.db.Update(o.fn)
 		}
 	}
 }
 
-// Open opens (or creates) <dataDir>/berth.db after taking the data dir's
-// lock. It fails with ErrLocked if another Store holds the dir, with
-// ErrNewerSchema if a newer berth wrote the store, and with ErrCorrupt if the
-// file cannot be read; each error says what to do about it.
+// Open opens (or creates) <dataDir>/berth.db. Other berth processes may
+// have it open too. It fails with ErrNewerSchema if a newer berth wrote
+// the store and with ErrCorrupt if the file cannot be read; each error says
+// what to do about it.
 func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -182,39 +226,130 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dataDir, err)
 	}
-
-	lock, err := acquireDirLock(dataDir)
-	if err != nil {
-		return nil, err
+	users, err := flock.TryAcquire(filepath.Join(dataDir, UsersLockFile), flock.Options{})
+	if errors.Is(err, flock.ErrWouldBlock) {
+		// Only MoveAside holds it exclusively, for a moment.
+		users, err = flock.Acquire(ctx, filepath.Join(dataDir, UsersLockFile), flock.Options{})
 	}
-	path := filepath.Join(dataDir, DBFile)
-	db, err := openBolt(path, opts.Timeout)
 	if err != nil {
-		lock.release()
-		return nil, err
+		return nil, fmt.Errorf("open store %s: %w", dataDir, err)
 	}
-	s := &Store{db: db, lock: lock, path: path, retention: opts.Retention, log: opts.Logger,
-		ops: make(chan writeOp, maxGroup), loopDone: make(chan struct{})}
-	if err := s.initSchema(); err != nil {
-		_ = db.Close()
-		lock.release()
+	s := &Store{
+		dir: dataDir, path: filepath.Join(dataDir, DBFile), txLock: filepath.Join(dataDir, TxLockFile),
+		users: users, retention: opts.Retention, timeout: opts.Timeout, log: opts.Logger,
+		ops: make(chan writeOp, maxGroup), loopDone: make(chan struct{}),
+	}
+	if err := s.initialize(ctx); err != nil {
+		users.Unlock()
 		return nil, err
 	}
 	go s.commitLoop()
 	return s, nil
 }
 
-// openBolt opens the db file and checks it through, turning every sign of a
-// damaged file (including the panics and memory faults bbolt can hit on
-// one) into ErrCorrupt.
-func openBolt(path string, timeout time.Duration) (db *bolt.DB, err error) {
+// initialize creates or checks the db file under the exclusive
+// transaction lock: schema, migrations, and a walk of every page, so that
+// corruption is found here rather than in the middle of a later write.
+func (s *Store) initialize(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	l, err := flock.Acquire(lctx, s.txLock, flock.Options{Exclusive: true})
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, err)
+	}
+	defer l.Unlock()
+	db, err := openBolt(s.path, true, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", s.path, err)
+	}
+	if err := s.initSchema(db); err != nil {
+		return err
+	}
+	s.ident = identOf(fi)
+	return nil
+}
+
+// fileIdent tells the db file this Store opened from one put in its place.
+type fileIdent struct{ dev, ino uint64 }
+
+func identOf(fi os.FileInfo) fileIdent {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileIdent{dev: uint64(st.Dev), ino: st.Ino}
+	}
+	return fileIdent{}
+}
+
+// withDB runs fn with the db file open, under the transaction lock:
+// shared to read, exclusive to write. A memory fault in bbolt (a damaged
+// file) becomes ErrCorrupt instead of killing berth.
+func (s *Store) withDB(ctx context.Context, write bool, fn func(*bolt.DB) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	l, err := flock.Acquire(lctx, s.txLock, flock.Options{Exclusive: write})
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.path, err)
+	}
+	defer l.Unlock()
+
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil {
+			err = corruptError(s.path, fmt.Errorf("bbolt panicked: %v", r))
+		}
+		if db != nil {
+			_ = db.Close()
+		}
+	}()
+	db, err = openBolt(s.path, write, false)
+	if err != nil {
+		return err
+	}
+	if err := s.checkIdent(db); err != nil {
+		return err
+	}
+	return fn(db)
+}
+
+// checkIdent refuses a db file other than the one Open checked: a store
+// moved aside under a running berth must not be silently replaced by an
+// empty one.
+func (s *Store) checkIdent(db *bolt.DB) error {
+	fi, err := os.Stat(s.path)
+	if err == nil && (s.ident == fileIdent{} || identOf(fi) == s.ident) {
+		return nil
+	}
+	return fmt.Errorf("store %s: %w since this berth opened it: restart it to use the new store", s.path, ErrReplaced)
+}
+
+// openBolt opens the db file, turning every sign of a damaged file into
+// ErrCorrupt. Only Open (first) creates it, and checks it through; later
+// transactions find a missing file an error (it was moved aside), never a
+// fresh store.
+func openBolt(path string, write, first bool) (db *bolt.DB, err error) {
+	create := first
 	var file *os.File
 	bopts := &bolt.Options{
-		Timeout: timeout,
+		ReadOnly: !write,
+		// Our transaction lock is already held, so bbolt's own flock on
+		// the file waits only for a foreign program holding it.
+		Timeout: time.Second,
 		// Capture the file so that it (and bbolt's flock on it) can be
-		// released if bbolt panics half-way through Open.
+		// released if bbolt panics half-way through Open; and drop
+		// O_CREATE after the first open.
 		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, perm)
+			if !create {
+				flag &^= os.O_CREATE
+			}
+			f, err := os.OpenFile(name, flag|syscall.O_CLOEXEC, perm)
 			file = f
 			return f, err
 		},
@@ -240,12 +375,17 @@ func openBolt(path string, timeout time.Duration) (db *bolt.DB, err error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, berrors.ErrTimeout):
-			return nil, fmt.Errorf("open store %s: bbolt lock not acquired within %s (is a tool like bbolt or another program holding the file?): %w", path, timeout, ErrLocked)
+			return nil, fmt.Errorf("open store %s: bbolt lock not acquired within a second (is a tool like bbolt or another program holding the file?): %w", path, ErrLocked)
+		case !create && errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("store %s: %w since this berth opened it: restart it to use a new store", path, ErrReplaced)
 		case isCorruptOpenError(err):
 			return nil, corruptError(path, err)
 		default:
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
+	}
+	if !first {
+		return db, nil
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -332,9 +472,9 @@ func corruptError(path string, cause error) error {
 
 // initSchema creates the buckets of a fresh store, refuses a newer one and
 // migrates an older one, all in one transaction.
-func (s *Store) initSchema() error {
+func (s *Store) initSchema(db *bolt.DB) error {
 	var migrated []int
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		version, fresh := 0, meta == nil
 		if fresh {
@@ -399,7 +539,8 @@ func (s *Store) initSchema() error {
 	return nil
 }
 
-// Close closes the db and releases the data dir. Calling it again is a no-op.
+// Close waits for queued writes and lets go of the data dir. Calling it
+// again is a no-op.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.opsMu.Lock()
@@ -411,12 +552,9 @@ func (s *Store) Close() error {
 		if s.loopDone != nil {
 			<-s.loopDone
 		}
-		if err := s.db.Close(); err != nil {
-			s.closeErr = fmt.Errorf("close store %s: %w", s.path, err)
-		}
-		s.lock.release()
+		s.users.Unlock()
 	})
-	return s.closeErr
+	return nil
 }
 
 // Path is the db file's path.
@@ -440,10 +578,7 @@ func IDFor(dataDir string) string {
 // view and update run fn in a read or durable write transaction once ctx is
 // checked; bbolt itself cannot be interrupted.
 func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return s.db.View(fn)
+	return s.withDB(ctx, false, func(db *bolt.DB) error { return db.View(fn) })
 }
 
 func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
@@ -456,7 +591,7 @@ func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 		s.opsMu.RUnlock()
 		return fmt.Errorf("store %s: %w", s.path, berrors.ErrDatabaseNotOpen)
 	}
-	s.ops <- writeOp{fn: fn, done: done}
+	s.ops <- writeOp{ctx: context.WithoutCancel(ctx), fn: fn, done: done}
 	s.opsMu.RUnlock()
 	return <-done
 }

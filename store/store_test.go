@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -23,31 +24,48 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChildRole) == "hold-lock" {
-		os.Exit(childHoldLock(os.Getenv(envChildDir)))
+	if role := os.Getenv(envChildRole); role != "" {
+		os.Exit(child(role, os.Getenv(envChildDir)))
 	}
 	os.Exit(m.Run())
 }
 
-// childHoldLock opens the store, records one attachment, says "ready" and
-// holds the store until stdin closes (or it is killed).
-func childHoldLock(dir string) int {
+// child is a second berth process on the data dir: "write-many" writes
+// 50 attachments, "write-forever" writes until killed, "own" takes the
+// owner lock; each says "ready" first and holds on until stdin closes.
+func child(role, dir string) int {
 	ctx := context.Background()
+	fail := func(err error) int { fmt.Println("error:", err); return 1 }
 	s, err := Open(ctx, dir, Options{})
 	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+		return fail(err)
 	}
-	if err := s.PutAttachment(ctx, &Attachment{ID: "from-child", Phase: PhaseAdding}); err != nil {
-		fmt.Println("error:", err)
-		return 1
+	defer s.Close()
+	switch role {
+	case "own":
+		if _, err := LockOwner(dir, "berth agent"); err != nil {
+			return fail(err)
+		}
+		fmt.Println("ready")
+	case "write-forever":
+		for i := 0; ; i++ {
+			if err := s.PutAttachment(ctx, &Attachment{ID: fmt.Sprintf("from-child-%d", i), Phase: PhaseAdding}); err != nil {
+				return fail(err)
+			}
+			if i == 0 {
+				fmt.Println("ready")
+			}
+		}
+	case "write-many":
+		fmt.Println("ready")
+		for j := range 50 {
+			if err := s.PutAttachment(ctx, &Attachment{ID: fmt.Sprintf("c-%d", j), Phase: PhaseReady}); err != nil {
+				return fail(err)
+			}
+		}
 	}
-	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	if err := s.Close(); err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
+	fmt.Println("done")
 	return 0
 }
 
@@ -88,13 +106,6 @@ func TestOpenCreatesDataDir(t *testing.T) {
 	}
 	if want := filepath.Join(dir, DBFile); s.Path() != want {
 		t.Errorf("Path() = %s, want %s", s.Path(), want)
-	}
-	pid, err := os.ReadFile(filepath.Join(dir, LockFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := strings.TrimSpace(string(pid)), fmt.Sprint(os.Getpid()); got != want {
-		t.Errorf("lock file holds %q, want our pid %s", got, want)
 	}
 }
 
@@ -459,27 +470,88 @@ func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 	}
 }
 
-// TestLockSameProcess: flock is per open file description, so a second
-// Store in this process must be refused just like another process.
-func TestLockSameProcess(t *testing.T) {
+// TestManyStoresOneDir: several Stores on one data dir, in this process
+// and another, all read and write at once and see each other's records.
+func TestManyStoresOneDir(t *testing.T) {
+	ctx := context.Background()
+	a, dir := openTest(t, Options{})
+	b, err := Open(ctx, dir, Options{})
+	if err != nil {
+		t.Fatalf("second Store on the same dir: %v", err)
+	}
+	defer b.Close()
+
+	child, stdin, lines := startChild(t, dir, "write-many")
+	if line, ok := <-lines; !ok || line != "ready" {
+		t.Fatalf("child said %q", line)
+	}
+	var wg sync.WaitGroup
+	for i, s := range []*Store{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				if err := s.PutAttachment(ctx, &Attachment{ID: fmt.Sprintf("s%d-%d", i, j), Phase: PhaseReady}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.ListAttachments(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	_ = stdin.Close()
+	if line := <-lines; line != "done" {
+		t.Fatalf("child said %q", line)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, s := range []*Store{a, b} {
+		list, err := s.ListAttachments(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 150 {
+			t.Errorf("a store sees %d attachments, want 150 (50 from each writer)", len(list))
+		}
+	}
+}
+
+// TestKilledWriter: a berth SIGKILLed while it writes leaves the store
+// readable and writable by the others; what it committed is on disk.
+func TestKilledWriter(t *testing.T) {
 	ctx := context.Background()
 	s, dir := openTest(t, Options{})
-	_, err := Open(ctx, dir, Options{})
-	checkLocked(t, err, dir, os.Getpid())
-
-	// The refused Open must not have broken the owner's lock or PID.
-	_, err = Open(ctx, dir, Options{})
-	checkLocked(t, err, dir, os.Getpid())
-
-	if err := s.Close(); err != nil {
+	child, _, lines := startChild(t, dir, "write-forever")
+	if line := <-lines; line != "ready" {
+		t.Fatalf("child said %q", line)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
+	}
+	_ = child.Wait()
+	if _, err := s.GetAttachment(ctx, "from-child-0"); err != nil {
+		t.Errorf("record committed by the killed writer: %v", err)
+	}
+	if err := s.PutAttachment(ctx, &Attachment{ID: "after-kill"}); err != nil {
+		t.Fatalf("write after the writer was killed: %v", err)
 	}
 	s2, err := Open(ctx, dir, Options{})
 	if err != nil {
-		t.Fatalf("Open after Close: %v", err)
+		t.Fatalf("Open after a writer was killed: %v", err)
 	}
-	if err := s2.Close(); err != nil {
-		t.Fatal(err)
+	_ = s2.Close()
+}
+
+func TestLockedErrorWithoutPID(t *testing.T) {
+	e := &LockedError{Dir: "/d", LockPath: "/d/agent.lock"}
+	if !errors.Is(e, ErrLocked) || !strings.Contains(e.Error(), "pid unknown") {
+		t.Errorf("error %q", e)
 	}
 }
 
@@ -496,79 +568,53 @@ func checkLocked(t *testing.T, err error, dir string, pid int) {
 		t.Errorf("LockedError.PID = %d, want %d", le.PID, pid)
 	}
 	msg := err.Error()
-	for _, want := range []string{dir, fmt.Sprintf("pid %d", pid), filepath.Join(dir, LockFile), "--data-dir"} {
+	for _, want := range []string{dir, fmt.Sprintf("pid %d", pid), "berth agent", "--data-dir"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not mention %q", msg, want)
 		}
 	}
 }
 
-func TestLockedErrorWithoutPID(t *testing.T) {
-	e := &LockedError{Dir: "/d", LockPath: "/d/berth.lock"}
-	if !errors.Is(e, ErrLocked) || !strings.Contains(e.Error(), "pid unknown") {
-		t.Errorf("error %q", e)
-	}
-}
-
-// TestLockOtherProcess runs a second berth (this test binary in its child
-// role), checks that it excludes us and that its PID is reported, then
-// SIGKILLs it as a crash would: the kernel drops its lock and what it wrote
-// is on disk.
-func TestLockOtherProcess(t *testing.T) {
+// TestOwnerLock: one owner (agent) per data dir, in this process or
+// another; a killed owner frees it; stores open meanwhile are unaffected.
+func TestOwnerLock(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "berthtest-data")
+	s, dir := openTest(t, Options{})
+	o, err := LockOwner(dir, "berth agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockOwner(dir, "berth agent")
+	checkLocked(t, err, dir, os.Getpid())
+	o.Release()
 
-	child, stdin, lines := startChild(t, dir)
-	line, ok := <-lines
-	if !ok || line != "ready" {
+	child, _, lines := startChild(t, dir, "own")
+	if line := <-lines; line != "ready" {
 		t.Fatalf("child said %q", line)
 	}
-
-	_, err := Open(ctx, dir, Options{})
+	_, err = LockOwner(dir, "berth agent")
 	checkLocked(t, err, dir, child.Process.Pid)
 	if !strings.Contains(err.Error(), "store.test") {
 		t.Errorf("message %q does not name the holder's command", err)
 	}
-
-	_ = stdin // kept open: the child must not close the store cleanly
+	if err := s.PutAttachment(ctx, &Attachment{ID: "beside-owner"}); err != nil {
+		t.Errorf("store write beside an owner: %v", err)
+	}
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-
-	s, err := Open(ctx, dir, Options{})
+	o, err = LockOwner(dir, "berth agent")
 	if err != nil {
-		t.Fatalf("Open after the holder was killed: %v", err)
+		t.Fatalf("LockOwner after the owner was killed: %v", err)
 	}
-	defer s.Close()
-	a, err := s.GetAttachment(ctx, "from-child")
-	if err != nil || a.Phase != PhaseAdding {
-		t.Errorf("record written by the killed holder: %+v, %v", a, err)
-	}
+	o.Release()
 }
 
-// TestLockReleasedOnCleanExit: a holder that exits normally frees the dir.
-func TestLockReleasedOnCleanExit(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "berthtest-data")
-	child, stdin, lines := startChild(t, dir)
-	if line := <-lines; line != "ready" {
-		t.Fatalf("child said %q", line)
-	}
-	_ = stdin.Close()
-	if err := child.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	s, err := Open(context.Background(), dir, Options{})
-	if err != nil {
-		t.Fatalf("Open after holder exited: %v", err)
-	}
-	_ = s.Close()
-}
-
-func startChild(t *testing.T, dir string) (*exec.Cmd, io.WriteCloser, <-chan string) {
+func startChild(t *testing.T, dir, role string) (*exec.Cmd, io.WriteCloser, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChildRole+"=hold-lock", envChildDir+"="+dir)
+	cmd.Env = append(os.Environ(), envChildRole+"="+role, envChildDir+"="+dir)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

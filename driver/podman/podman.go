@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -63,7 +62,7 @@ type Driver struct {
 	confPath string
 	limits   rlimits
 	c        *client
-	svc      *service // nil when the service is not berth's
+	svc      *sharedService // nil when the service is not berth's
 
 	// waitInterval is how often podman re-checks a container whose conmon
 	// berth could not watch; logInterval how often a running task's output
@@ -113,29 +112,11 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("podman: writing %s: %w", d.confPath, err)
 	}
 
-	// A service a crashed berth started on this socket would answer, be
-	// taken for someone else's and never be stopped.
-	reapStaleService(filepath.Join(stateDir, "service.pid"), socket, log)
-
-	c := newClient(socket)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err := c.ping(pctx)
-	cancel()
-	if err == nil {
-		log.Info("using existing podman service", "socket", socket)
-		d.c = c
-		return d, nil
-	}
-	c.close()
-
 	podmanBin := opts.PodmanPath
 	if podmanBin == "" {
 		podmanBin = "podman"
 	}
-	if podmanBin, err = exec.LookPath(podmanBin); err != nil {
-		return nil, fmt.Errorf("podman: no service on %s and no podman binary: %w", socket, err)
-	}
-	svc, err := startService(ctx, podmanBin, socket, d.confPath, stateDir, log)
+	svc, err := acquireService(ctx, podmanBin, socket, d.confPath, stateDir, log)
 	if err != nil {
 		return nil, fmt.Errorf("podman: %w", err)
 	}
@@ -150,8 +131,8 @@ func (d *Driver) Name() string { return Name }
 // Socket is the podman service's socket the driver talks to.
 func (d *Driver) Socket() string { return d.socket }
 
-// OwnsService reports whether the driver started the service (and Close
-// will stop it).
+// OwnsService reports whether the service is berth's (Close stops it if no
+// other berth process uses it).
 func (d *Driver) OwnsService() bool { return d.svc != nil }
 
 // Ping checks that the podman service answers.
@@ -182,13 +163,13 @@ func (d *Driver) ListByLabel(ctx context.Context, key, value string) ([]string, 
 	return ids, nil
 }
 
-// Close stops the service if the driver started it. Containers keep
-// running: conmon does not depend on the service.
+// Close lets go of berth's service, stopping it if no other berth process
+// uses it. Containers keep running: conmon does not depend on the service.
 func (d *Driver) Close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
 		d.c.close()
 		if d.svc != nil {
-			d.svc.stop()
+			d.svc.release(ctx)
 		}
 	})
 	return nil

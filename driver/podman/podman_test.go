@@ -528,7 +528,7 @@ func TestServiceLifecycle(t *testing.T) {
 	if !d1.OwnsService() {
 		t.Fatal("driver did not start its own service")
 	}
-	pid := d1.svc.cmd.Process.Pid
+	pid := d1.svc.own.cmd.Process.Pid
 	conf := readFile(t, d1.confPath)
 	for _, s := range []string{`runtime = "runc"`, `cgroup_manager = "cgroupfs"`, `events_logger = "file"`, "nofile="} {
 		if !strings.Contains(conf, s) {
@@ -565,6 +565,40 @@ func TestServiceLifecycle(t *testing.T) {
 	}
 	if err := d1.Close(ctx); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestServiceSharedByOneDataDir: berth processes on one data dir (an agent
+// and `berth run`, say) share berth's service; the last to close stops it,
+// whichever started it.
+func TestServiceSharedByOneDataDir(t *testing.T) {
+	requirePodman(t)
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	d1 := newDriver(t, dataDir)
+	d2 := newDriver(t, dataDir)
+	if d1.svc == nil || d1.svc.own == nil {
+		t.Fatal("first driver did not start berth's service")
+	}
+	if d2.svc == nil || d2.svc.own != nil {
+		t.Fatal("second driver on the data dir did not share the first's service")
+	}
+	pid := d1.svc.own.cmd.Process.Pid
+	if err := d1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Ping(ctx); err != nil {
+		t.Fatalf("service stopped while another driver used it: %v", err)
+	}
+	if err := d2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !processGone(pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !processGone(pid) {
+		t.Errorf("service PID %d still runs after the last driver closed", pid)
 	}
 }
 
@@ -611,7 +645,7 @@ func TestStaleServiceReaped(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("stale service still runs")
 	}
-	if !d.OwnsService() || d.svc.cmd.Process.Pid == stale.Process.Pid {
+	if !d.OwnsService() || d.svc.own == nil || d.svc.own.cmd.Process.Pid == stale.Process.Pid {
 		t.Fatal("driver adopted the stale service instead of starting its own")
 	}
 	if err := d.Ping(context.Background()); err != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/internal/flock"
 )
 
 // ErrServiceStart is returned when the podman service berth started does
@@ -169,6 +171,120 @@ func (s *service) stop() {
 	// podman leaves its socket file behind.
 	_ = os.Remove(s.socket)
 	s.log.Info("stopped podman service", "socket", s.socket, "pid", pid)
+}
+
+// sharedService is berth's podman service on one data dir, as one Driver
+// uses it. Every berth process with that data dir (an agent, `berth run`,
+// `berth gc`) uses the same service: each holds the users lock shared for
+// as long as it uses it, and the last one to let go stops it. Starting and
+// stopping happen under the service lock, so two processes never start two
+// services on one socket, and none stops a service another just adopted.
+type sharedService struct {
+	users            *flock.Lock
+	own              *service // set when this process started it
+	stateDir, socket string
+	log              *slog.Logger
+}
+
+func serviceLockPaths(stateDir string) (lock, users string) {
+	return filepath.Join(stateDir, "service.lock"), filepath.Join(stateDir, "service.users")
+}
+
+// acquireService finds the berth service on socket or starts one. It
+// returns nil, and no error, when a service answers on socket that no berth
+// process of this data dir started (an operator's): it is used as is.
+func acquireService(ctx context.Context, podmanBin, socket, conf, stateDir string, log *slog.Logger) (*sharedService, error) {
+	lockPath, usersPath := serviceLockPaths(stateDir)
+	lk, err := flock.Acquire(ctx, lockPath, flock.Options{Exclusive: true})
+	if err != nil {
+		return nil, fmt.Errorf("podman service on %s: %w", socket, err)
+	}
+	defer lk.Unlock()
+	pidFile := filepath.Join(stateDir, "service.pid")
+
+	if pid := liveService(pidFile, socket); pid > 0 {
+		// Unused means its berth died without stopping it: replace it, it
+		// may have been started with an older containers.conf.
+		if only, err := flock.TryAcquire(usersPath, flock.Options{Exclusive: true}); err == nil {
+			only.Unlock()
+			reapStaleService(pidFile, socket, log)
+		} else if pingOK(ctx, socket) {
+			users, err := flock.Acquire(ctx, usersPath, flock.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("podman service on %s: %w", socket, err)
+			}
+			log.Debug("using the podman service another berth process started", "socket", socket, "pid", pid)
+			return &sharedService{users: users, stateDir: stateDir, socket: socket, log: log}, nil
+		}
+	} else if pingOK(ctx, socket) {
+		log.Info("using existing podman service", "socket", socket)
+		return nil, nil
+	}
+
+	if podmanBin, err = exec.LookPath(podmanBin); err != nil {
+		return nil, fmt.Errorf("no service on %s and no podman binary: %w", socket, err)
+	}
+	svc, err := startService(ctx, podmanBin, socket, conf, stateDir, log)
+	if err != nil {
+		return nil, err
+	}
+	users, err := flock.Acquire(ctx, usersPath, flock.Options{})
+	if err != nil {
+		svc.stop()
+		return nil, fmt.Errorf("podman service on %s: %w", socket, err)
+	}
+	return &sharedService{users: users, own: svc, stateDir: stateDir, socket: socket, log: log}, nil
+}
+
+// release lets go of the service, and stops it if no other berth process
+// uses it.
+func (s *sharedService) release(ctx context.Context) {
+	lockPath, usersPath := serviceLockPaths(s.stateDir)
+	lk, err := flock.Acquire(ctx, lockPath, flock.Options{Exclusive: true})
+	if err != nil {
+		s.log.Warn("podman service: cannot take the service lock; leaving the service to the next berth", "err", err)
+		s.users.Unlock()
+		return
+	}
+	defer lk.Unlock()
+	s.users.Unlock()
+	last, err := flock.TryAcquire(usersPath, flock.Options{Exclusive: true})
+	if err != nil {
+		return // another berth process still uses it
+	}
+	defer last.Unlock()
+	if s.own != nil {
+		s.own.stop()
+		return
+	}
+	reapStaleService(filepath.Join(s.stateDir, "service.pid"), s.socket, s.log)
+	_ = os.Remove(s.socket)
+}
+
+// liveService is the PID in pidFile if it is a podman service on socket.
+func liveService(pidFile, socket string) int {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	p, err := openProc(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
+	if err != nil || p == nil {
+		return 0
+	}
+	p.close()
+	return pid
+}
+
+func pingOK(ctx context.Context, socket string) bool {
+	c := newClient(socket)
+	defer c.close()
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.ping(pctx) == nil
 }
 
 // reapStaleService stops a service a previous berth started on the same
