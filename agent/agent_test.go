@@ -40,7 +40,7 @@ func TestSeedJobThroughAPI(t *testing.T) {
 	const n = 3
 	waitFor(t, "3 complete allocations", 3*time.Minute, func() (bool, error) {
 		l, err := c.Allocations(ctx, "cni-debug")
-		return err == nil && countStatus(l, store.AllocComplete) >= n, err
+		return err == nil && countStatus(l, api.AllocComplete) >= n, err
 	})
 	st, err := c.StopJob(ctx, "cni-debug")
 	testenv.Must(t, err)
@@ -56,7 +56,7 @@ func TestSeedJobThroughAPI(t *testing.T) {
 	for _, stub := range allocs {
 		a, err := c.Allocation(ctx, stub.ID)
 		testenv.Must(t, err)
-		if a.Status != store.AllocComplete {
+		if a.Status != api.AllocComplete {
 			t.Errorf("alloc %s: %s: %s", a.ID, a.Status, a.StatusDesc)
 			continue
 		}
@@ -286,7 +286,7 @@ func TestAPI(t *testing.T) {
 			st, err = c.Job(ctx, "btag-batch")
 			return err == nil && st.Status == api.JobDead, err
 		})
-		if len(st.Allocations) != 1 || st.Allocations[0].Status != store.AllocComplete || st.Summary == nil {
+		if len(st.Allocations) != 1 || st.Allocations[0].Status != api.AllocComplete || st.Summary == nil {
 			t.Fatalf("job status: %+v", st)
 		}
 		id := st.Allocations[0].ID
@@ -357,7 +357,7 @@ func TestAPI(t *testing.T) {
 		var first string
 		waitFor(t, "the service to run", time.Minute, func() (bool, error) {
 			l, err := c.Allocations(ctx, "btag-svc")
-			if err == nil && len(l) == 1 && l[0].Status == store.AllocRunning {
+			if err == nil && len(l) == 1 && l[0].Status == api.AllocRunning {
 				first = l[0].ID
 				return true, nil
 			}
@@ -370,12 +370,12 @@ func TestAPI(t *testing.T) {
 		}
 		old, err := c.Allocation(ctx, first)
 		testenv.Must(t, err)
-		if old.Status != store.AllocComplete || netnsExists(old.Network.NetnsPath) {
+		if old.Status != api.AllocComplete || netnsExists(old.Network.NetnsPath) {
 			t.Errorf("replaced allocation: %s, netns %s exists %v", old.Status, old.Network.NetnsPath, netnsExists(old.Network.NetnsPath))
 		}
 		waitFor(t, "the new version to run", time.Minute, func() (bool, error) {
 			l, err := c.Allocations(ctx, "btag-svc")
-			return err == nil && countStatus(l, store.AllocRunning) == 1, err
+			return err == nil && countStatus(l, api.AllocRunning) == 1, err
 		})
 		self, err := c.Self(ctx)
 		testenv.Must(t, err)
@@ -391,7 +391,7 @@ func TestAPI(t *testing.T) {
 			t.Errorf("stop: %+v", st)
 		}
 		for _, al := range allocsOf(t, c, "btag-svc") {
-			if al.Status != store.AllocComplete || netnsExists(al.NetnsPath) {
+			if al.Status != api.AllocComplete || netnsExists(al.NetnsPath) {
 				t.Errorf("alloc %s after stop: %s, netns exists %v", al.ID, al.Status, netnsExists(al.NetnsPath))
 			}
 		}

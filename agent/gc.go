@@ -50,7 +50,7 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 		a.met.GCRun(err, nil)
 		return nil, err
 	}
-	out := toAPIReport(rep)
+	out := wireGCReport(rep)
 	if !dryRun {
 		reclaimed := map[string]int{}
 		for _, it := range rep.Reclaimed {
@@ -135,21 +135,5 @@ func (a *Agent) refreshGauges(ctx context.Context) {
 			}
 		}
 		a.met.SetPendingTeardowns(n)
-	}
-}
-
-func toAPIReport(r *gc.Report) *api.GCReport {
-	conv := func(items []gc.Item) []api.GCItem {
-		out := make([]api.GCItem, 0, len(items))
-		for _, it := range items {
-			out = append(out, api.GCItem{Kind: it.Kind, ID: it.ID, Network: it.Network, Path: it.Path, Reason: it.Reason})
-		}
-		return out
-	}
-	errs := append([]string{}, r.Errors...)
-	return &api.GCReport{
-		DryRun: r.DryRun, StoreUnavailable: r.StoreUnavailable, Reboot: r.Reboot,
-		Found: conv(r.Found), Reclaimed: conv(r.Reclaimed), Kept: conv(r.Kept),
-		Errors: errs, DurationMS: r.DurationMS,
 	}
 }

@@ -140,7 +140,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	var diags jobspec.Diagnostics
 	switch {
 	case errors.As(err, &diags):
-		writeJSON(w, http.StatusBadRequest, api.ErrorResponse{Error: diags.Error(), Diagnostics: diags})
+		writeJSON(w, http.StatusBadRequest, api.ErrorResponse{Error: diags.Error(), Diagnostics: wireDiagnostics(diags)})
 	case errors.Is(err, ErrInvalidName), errors.Is(err, errBadRequest):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, ErrJobNotFound), errors.Is(err, store.ErrNotFound), errors.Is(err, os.ErrNotExist):
@@ -304,11 +304,7 @@ func (a *Agent) handleAllocs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	out := make([]api.AllocStub, 0, len(allocs))
-	for _, al := range allocs {
-		out = append(out, api.NewAllocStub(al))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wireAllocStubs(allocs))
 }
 
 // allocIDRE is an allocation ID (a UUID) or a prefix of one.
@@ -356,7 +352,7 @@ func (a *Agent) handleAlloc(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, al)
+	writeJSON(w, http.StatusOK, wireAlloc(al))
 }
 
 // handleLogs serves <data_dir>/alloc/<id>/<task>.stdout (or .stderr). The
@@ -428,7 +424,7 @@ func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, WireNamespaces(list))
 }
 
 func (a *Agent) handleGC(w http.ResponseWriter, r *http.Request) {

@@ -354,7 +354,7 @@ func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPla
 	if err := validName("job ID", job.ID); err != nil {
 		return nil, err
 	}
-	resp := &api.JobPlanResponse{Job: job, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
 	a.mu.Lock()
 	if jr := a.jobs[job.ID]; jr != nil {
 		resp.Exists, resp.Running = true, jr.cancel != nil
@@ -386,7 +386,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		if err := a.st.DeleteJob(ctx, id); err != nil {
 			return nil, err
 		}
-		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: sum}, nil
+		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
 	}
 	jr.stopping = true
 	jr.cancel()
@@ -399,7 +399,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		return resp, nil
 	}
 	a.mu.Lock()
-	resp.Stopped, resp.Summary = true, jr.summary
+	resp.Stopped, resp.Summary = true, WireSummary(jr.summary)
 	a.mu.Unlock()
 	return resp, nil
 }
@@ -474,7 +474,7 @@ func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error
 	jr := a.jobs[id]
 	var st api.JobStatus
 	if jr != nil {
-		st.JobStub, st.Job, st.Summary = stubLocked(jr), jr.job, jr.summary
+		st.JobStub, st.Job, st.Summary = stubLocked(jr), wireJob(jr.job), WireSummary(jr.summary)
 	}
 	a.mu.Unlock()
 	if jr == nil {
@@ -485,10 +485,7 @@ func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error
 		return nil, err
 	}
 	st.JobStub.Allocations = by
-	st.Allocations = make([]api.AllocStub, 0, len(allocs))
-	for _, al := range allocs {
-		st.Allocations = append(st.Allocations, api.NewAllocStub(al))
-	}
+	st.Allocations = wireAllocStubs(allocs)
 	return &st, nil
 }
 

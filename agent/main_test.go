@@ -17,7 +17,6 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
-	"github.com/berth/berth/store"
 )
 
 // berthBin is the berth binary TestMain builds for the tests that signal
@@ -248,7 +247,7 @@ func allocsOf(t *testing.T, c *api.Client, job string) []api.AllocStub {
 	return l
 }
 
-func countStatus(l []api.AllocStub, s store.AllocStatus) int {
+func countStatus(l []api.AllocStub, s string) int {
 	n := 0
 	for _, a := range l {
 		if a.Status == s {

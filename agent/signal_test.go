@@ -191,12 +191,12 @@ func serviceJob(driver string) string {
 
 // runningAlloc waits until the job's only allocation runs its task and
 // returns it.
-func runningAlloc(t *testing.T, c *api.Client, job string) *store.Allocation {
+func runningAlloc(t *testing.T, c *api.Client, job string) *api.Allocation {
 	t.Helper()
-	var a *store.Allocation
+	var a *api.Allocation
 	waitFor(t, "a running allocation of "+job, 2*time.Minute, func() (bool, error) {
 		l, err := c.Allocations(context.Background(), job)
-		if err != nil || len(l) == 0 || l[0].Status != store.AllocRunning {
+		if err != nil || len(l) == 0 || l[0].Status != api.AllocRunning {
 			return false, err
 		}
 		a, err = c.Allocation(context.Background(), l[0].ID)
@@ -207,7 +207,7 @@ func runningAlloc(t *testing.T, c *api.Client, job string) *store.Allocation {
 
 // taskGone checks that the task of a is not running any more: its process
 // (raw_exec) or its container (podman).
-func taskGone(t *testing.T, h *store.TaskHandle) bool {
+func taskGone(t *testing.T, h *api.TaskHandle) bool {
 	t.Helper()
 	switch h.Driver {
 	case "podman":
@@ -317,7 +317,7 @@ func TestSIGKILLThenRestartReconciles(t *testing.T) {
 			}
 			got, err := c.Allocation(context.Background(), old.ID)
 			testenv.Must(t, err)
-			if got.Status != store.AllocLost {
+			if got.Status != api.AllocLost {
 				t.Errorf("allocation of the killed agent is %s, want lost", got.Status)
 			}
 			self, err := c.Self(context.Background())

@@ -13,10 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/jobspec"
-	"github.com/berth/berth/store"
 )
 
 // ErrNoAgent is matched (errors.Is) when nothing answers at the address:
@@ -26,9 +22,10 @@ var ErrNoAgent = errors.New("no berth agent answers")
 
 // Error is an error the agent returned: the HTTP status and its message.
 type Error struct {
-	StatusCode  int
-	Message     string
-	Diagnostics []jobspec.Diagnostic
+	StatusCode int
+	Message    string
+	// Diagnostics are set when a submitted job file did not parse.
+	Diagnostics []Diagnostic
 }
 
 func (e *Error) Error() string {
@@ -233,8 +230,8 @@ func (c *Client) Allocations(ctx context.Context, job string) ([]AllocStub, erro
 }
 
 // Allocation returns one allocation; id may be a unique prefix.
-func (c *Client) Allocation(ctx context.Context, id string) (*store.Allocation, error) {
-	var r store.Allocation
+func (c *Client) Allocation(ctx context.Context, id string) (*Allocation, error) {
+	var r Allocation
 	_, err := c.call(ctx, http.MethodGet, "/v1/allocation/"+url.PathEscape(id), nil, &r)
 	return &r, err
 }
@@ -270,8 +267,8 @@ func (c *Client) AllocLogs(ctx context.Context, allocID, task string, stderr boo
 
 // Namespaces lists the namespaces of the agent's netns dir with their
 // holders.
-func (c *Client) Namespaces(ctx context.Context) ([]attach.NetEntry, error) {
-	var r []attach.NetEntry
+func (c *Client) Namespaces(ctx context.Context) ([]NetnsEntry, error) {
+	var r []NetnsEntry
 	_, err := c.call(ctx, http.MethodGet, "/v1/namespaces", nil, &r)
 	return r, err
 }

@@ -1,9 +1,14 @@
-// Package api is the client of berth's agent HTTP API (version 1) and the
-// types it exchanges. The agent serves JSON over a unix socket (the file
-// mode is the access control) and, optionally, over TCP where every
-// request must carry "Authorization: Bearer <token>".
+// Package api is berth's agent HTTP API, version 1: its wire types and a
+// client. The agent serves JSON over a unix socket (the file mode is the
+// access control) and, optionally, over TCP where every request must carry
+// "Authorization: Bearer <token>".
 //
-// Routes:
+// This package imports only the standard library, so a client program
+// links nothing else of berth. The types here are the contract: the agent
+// converts its internal records (store, attach, runner, gc, jobspec) to
+// them in one place, so that an internal rename cannot change the API.
+//
+// Routes (all JSON unless said otherwise):
 //
 //	GET    /v1/health                        Health
 //	GET    /v1/agent/self                    AgentSelf
@@ -11,24 +16,32 @@
 //	POST   /v1/jobs                          JobSubmitRequest -> JobSubmitResponse
 //	POST   /v1/jobs/plan                     JobSubmitRequest -> JobPlanResponse
 //	GET    /v1/job/{id}                      JobStatus
-//	DELETE /v1/job/{id}                      JobStopResponse
-//	GET    /v1/allocations[?job=ID]          []AllocStub
-//	GET    /v1/allocation/{id}               store.Allocation (an ID prefix is accepted)
+//	DELETE /v1/job/{id}                      JobStopResponse (202 while still stopping)
+//	GET    /v1/allocations[?job=ID]          []AllocStub, newest first
+//	GET    /v1/allocation/{id}               Allocation (an ID prefix is accepted)
 //	GET    /v1/allocation/{id}/logs/{task}   text; ?type=stdout|stderr, ?tail=BYTES
-//	GET    /v1/namespaces                    []attach.NetEntry
+//	GET    /v1/namespaces                    []NetnsEntry
 //	POST   /v1/gc[?dry_run=true]             GCReport; also ?foreign_prefix=P, ?foreign_network=N (repeatable)
 //	GET    /metrics                          Prometheus text format
 //
-// Errors are {"error": "..."} (ErrorResponse) with a 4xx or 5xx status.
+// Errors are ErrorResponse ({"error": "..."}) with a 4xx or 5xx status.
+//
+// Compatibility within v1: fields may be added, never renamed, retyped or
+// removed; a client ignores fields it does not know. Times are RFC 3339
+// (encoding/json's time.Time); durations measured by berth are float
+// milliseconds (fields ending in _ms) or seconds (_s); durations written in
+// a job file are Go duration text ("15s", see Duration).
 package api
 
 import (
+	"encoding/json"
+	"fmt"
+	"sort"
 	"time"
-
-	"github.com/berth/berth/jobspec"
-	"github.com/berth/berth/runner"
-	"github.com/berth/berth/store"
 )
+
+// Version is the API version; every route but /metrics is under "/v1".
+const Version = "v1"
 
 const (
 	// DefaultSocket is where the agent listens unless configured otherwise.
@@ -43,35 +56,58 @@ const (
 	EnvToken   = "BERTH_TOKEN"
 )
 
-// ErrorResponse is the body of every error. Diagnostics are set when a job
-// file did not parse; Error then has one "file:line:col: ..." line each.
+// ErrorResponse is the body of every error.
 type ErrorResponse struct {
-	Error       string               `json:"error"`
-	Diagnostics []jobspec.Diagnostic `json:"diagnostics,omitempty"`
+	// Error is the message. When Diagnostics are set it has one
+	// "file:line:col: summary; detail" line per diagnostic.
+	Error string `json:"error"`
+	// Diagnostics are set (with 400) when a submitted job file did not
+	// parse or validate, sorted by position.
+	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
 }
 
-// Health is GET /v1/health. Status is "ok", or "draining" (with 503)
-// while the agent shuts down.
+// Diagnostic is one problem in a job file, or one warning about it.
+type Diagnostic struct {
+	File    string `json:"file"`   // the filename of the submission
+	Line    int    `json:"line"`   // 1-based
+	Column  int    `json:"column"` // 1-based, in bytes
+	Summary string `json:"summary"`
+	Detail  string `json:"detail,omitempty"` // what to do about it, when known
+}
+
+// Pos is a place in a job file.
+type Pos struct {
+	File   string `json:"file"`
+	Line   int    `json:"line"`   // 1-based; 0 when unknown
+	Column int    `json:"column"` // 1-based; 0 when unknown
+}
+
+// Health is GET /v1/health.
 type Health struct {
+	// Status is "ok", or "draining" (with 503) while the agent shuts down.
 	Status  string `json:"status"`
-	Version string `json:"version"`
+	Version string `json:"version"` // berth's version
 }
 
 // AgentSelf is GET /v1/agent/self.
 type AgentSelf struct {
-	Version     string         `json:"version"`
-	PID         int            `json:"pid"`
-	StartedAt   time.Time      `json:"started_at"`
-	Draining    bool           `json:"draining"`
-	Config      ConfigSummary  `json:"config"`
-	Jobs        map[string]int `json:"jobs_by_status"`
+	Version   string        `json:"version"` // berth's version
+	PID       int           `json:"pid"`
+	StartedAt time.Time     `json:"started_at"`
+	Draining  bool          `json:"draining"` // shutting down: no new launches
+	Config    ConfigSummary `json:"config"`
+	// Jobs counts the known jobs by status (JobRunning, ...).
+	Jobs map[string]int `json:"jobs_by_status"`
+	// Allocations counts the stored allocations by status (AllocPending, ...).
 	Allocations map[string]int `json:"allocations_by_status"`
-	// LastGC is the report of the last garbage collection (the reconcile
-	// at start, the periodic one, or one asked through the API).
+	// LastGC is the report of the last garbage collection that was not a
+	// dry run (the reconcile at start, the periodic one, or one asked
+	// through the API); absent before the first.
 	LastGC *GCReport `json:"last_gc,omitempty"`
 }
 
 // ConfigSummary is the agent's effective configuration, without secrets.
+// Durations are Go duration text.
 type ConfigSummary struct {
 	DataDir       string   `json:"data_dir"`
 	NetnsDir      string   `json:"netns_dir"`
@@ -80,24 +116,25 @@ type ConfigSummary struct {
 	CNIPath       []string `json:"cni_path"`
 	CNICacheDir   string   `json:"cni_cache_dir"`
 	PodmanSocket  string   `json:"podman_socket,omitempty"`
-	BridgeNetwork string   `json:"bridge_network"`
-	BridgeIface   string   `json:"bridge_iface"`
-	BridgeSubnet  string   `json:"bridge_subnet"`
+	BridgeNetwork string   `json:"bridge_network"` // CNI network name of network mode "bridge"
+	BridgeIface   string   `json:"bridge_iface"`   // its Linux bridge
+	BridgeSubnet  string   `json:"bridge_subnet"`  // its IPv4 subnet (CIDR)
 	Socket        string   `json:"socket"`
-	TCPAddress    string   `json:"tcp_address,omitempty"`
-	TokenSet      bool     `json:"token_set"`
+	TCPAddress    string   `json:"tcp_address,omitempty"` // host:port actually listened on
+	TokenSet      bool     `json:"token_set"`             // a bearer token is configured
 	GCInterval    string   `json:"gc_interval"`
-	GCMode        string   `json:"gc_mode"`
-	Retention     int      `json:"retention"`
+	GCMode        string   `json:"gc_mode"`   // "full" or "records"
+	Retention     int      `json:"retention"` // terminal allocations kept per job
 	StopTimeout   string   `json:"stop_timeout"`
 	LogLevel      string   `json:"log_level"`
 	LogFormat     string   `json:"log_format"`
 }
 
-// JobSubmitRequest is the body of POST /v1/jobs and /v1/jobs/plan: the job
-// file's HCL text, and the name used in error positions.
+// JobSubmitRequest is the body of POST /v1/jobs and /v1/jobs/plan.
 type JobSubmitRequest struct {
-	JobHCL   string `json:"job_hcl"`
+	JobHCL string `json:"job_hcl"` // the job file's text (Nomad HCL)
+	// Filename is used in diagnostics' positions (its base name only);
+	// "job.nomad.hcl" when empty.
 	Filename string `json:"filename,omitempty"`
 }
 
@@ -106,20 +143,23 @@ type JobSubmitResponse struct {
 	JobID string `json:"job_id"`
 	// Replaced is true when a job with that ID was running and was stopped
 	// for this one.
-	Replaced     bool        `json:"replaced"`
-	Warnings     []string    `json:"warnings,omitempty"`
+	Replaced bool `json:"replaced"`
+	// Warnings are accepted constructs that do nothing on berth, as
+	// Diagnostic strings.
+	Warnings []string `json:"warnings,omitempty"`
+	// NextLaunches are a periodic job's next five launch times.
 	NextLaunches []time.Time `json:"next_launches,omitempty"`
 }
 
 // JobPlanResponse answers POST /v1/jobs/plan: what submitting would do.
 type JobPlanResponse struct {
-	Job *jobspec.Job `json:"job"`
+	Job *Job `json:"job"` // the parsed job, every default filled in
 	// Exists and Running describe a job already known under that ID;
 	// submitting replaces it (stopping it first if it runs).
 	Exists       bool        `json:"exists"`
 	Running      bool        `json:"running"`
-	Warnings     []string    `json:"warnings,omitempty"`
-	NextLaunches []time.Time `json:"next_launches,omitempty"`
+	Warnings     []string    `json:"warnings,omitempty"`      // as in JobSubmitResponse
+	NextLaunches []time.Time `json:"next_launches,omitempty"` // as in JobSubmitResponse
 }
 
 // Job statuses.
@@ -131,42 +171,83 @@ const (
 
 // JobStub is one line of GET /v1/jobs.
 type JobStub struct {
-	ID          string         `json:"id"`
-	Type        string         `json:"type"`
-	Namespace   string         `json:"namespace"`
-	Status      string         `json:"status"`
-	Periodic    []string       `json:"periodic,omitempty"`
-	SubmittedAt time.Time      `json:"submitted_at"`
-	FinishedAt  *time.Time     `json:"finished_at,omitempty"`
-	NextLaunch  *time.Time     `json:"next_launch,omitempty"`
+	ID        string `json:"id"`
+	Type      string `json:"type"`      // "batch" or "service"; "" if the stored job no longer parses
+	Namespace string `json:"namespace"` // the job's Nomad namespace (not a network namespace)
+	Status    string `json:"status"`    // JobRunning, JobStopping or JobDead
+	// Periodic lists a periodic job's cron specs.
+	Periodic    []string   `json:"periodic,omitempty"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// NextLaunch is when a running periodic job launches next.
+	NextLaunch *time.Time `json:"next_launch,omitempty"`
+	// Allocations counts the job's stored allocations by status.
 	Allocations map[string]int `json:"allocations_by_status"`
 	// Error says why a job is dead without having run to its end (it
 	// could not be resumed after a restart, for instance).
 	Error string `json:"error,omitempty"`
 }
 
-// JobStatus is GET /v1/job/{id}.
+// JobStatus is GET /v1/job/{id}. Its allocations_by_status is the
+// JobStub's; "allocations" lists them, newest first.
 type JobStatus struct {
 	JobStub
-	Job *jobspec.Job `json:"job"`
-	// Summary is the runner's summary once the job has finished.
-	Summary     *runner.Summary `json:"summary,omitempty"`
-	Allocations []AllocStub     `json:"allocations"`
+	Job *Job `json:"job"` // null if the stored job no longer parses
+	// Summary is the last run's summary once it has finished.
+	Summary     *JobSummary `json:"summary,omitempty"`
+	Allocations []AllocStub `json:"allocations"`
 }
 
 // JobStopResponse answers DELETE /v1/job/{id}. Stopped is false (with
 // status 202) when the job was still stopping when the agent stopped
 // waiting; it goes on stopping and is removed when done.
 type JobStopResponse struct {
-	JobID   string          `json:"job_id"`
-	Stopped bool            `json:"stopped"`
-	Summary *runner.Summary `json:"summary,omitempty"`
+	JobID   string      `json:"job_id"`
+	Stopped bool        `json:"stopped"`
+	Summary *JobSummary `json:"summary,omitempty"`
 }
+
+// JobSummary is what a run of a job did.
+type JobSummary struct {
+	Job      string `json:"job"`
+	Launches int    `json:"launches"`
+	// Skipped counts periodic launches skipped because the previous one
+	// still ran (prohibit_overlap).
+	Skipped  int            `json:"skipped_overlapping"`
+	ByStatus map[string]int `json:"allocations_by_status"`
+	// Network setup (namespace and CNI ADD) and teardown (CNI DEL and
+	// namespace removal) per allocation, percentiles in milliseconds.
+	SetupP50    float64 `json:"network_setup_ms_p50"`
+	SetupP99    float64 `json:"network_setup_ms_p99"`
+	TeardownP50 float64 `json:"network_teardown_ms_p50"`
+	TeardownP99 float64 `json:"network_teardown_ms_p99"`
+	// ExitToGoneP50 is from the last task's exit to the namespace being
+	// gone (driver cleanup and teardown).
+	ExitToGoneP50 float64 `json:"exit_to_netns_gone_ms_p50"`
+	// TeardownRetries counts removals that found the namespace busy or
+	// had to retry; Holders are who held it (Holder strings).
+	TeardownRetries int      `json:"teardown_retries"`
+	Holders         []string `json:"holders,omitempty"`
+	// Leaks is what the leak check found left behind (gc retries them).
+	Leaks    []string `json:"leaks"`
+	Duration float64  `json:"duration_s"`
+	// Failed describes each allocation that did not complete.
+	Failed []string `json:"failed_allocations,omitempty"`
+}
+
+// Allocation statuses, with Nomad's names.
+const (
+	AllocPending  = "pending"
+	AllocRunning  = "running"
+	AllocComplete = "complete"
+	AllocFailed   = "failed"
+	AllocLost     = "lost" // its berth died and gc found it
+)
 
 // TaskStub is a task of an AllocStub.
 type TaskStub struct {
 	Name     string `json:"name"`
-	State    string `json:"state"`
+	State    string `json:"state"` // "pending", "running" or "dead"
 	Failed   bool   `json:"failed"`
 	ExitCode int    `json:"exit_code"`
 	Restarts int    `json:"restarts"`
@@ -174,62 +255,391 @@ type TaskStub struct {
 
 // AllocStub is one line of GET /v1/allocations.
 type AllocStub struct {
-	ID         string            `json:"id"`
-	JobID      string            `json:"job_id"`
-	Group      string            `json:"group"`
-	Status     store.AllocStatus `json:"status"`
-	StatusDesc string            `json:"status_description,omitempty"`
-	CreatedAt  time.Time         `json:"created_at"`
-	ModifiedAt time.Time         `json:"modified_at"`
-	Tasks      []TaskStub        `json:"tasks"`
-	Network    string            `json:"network,omitempty"`
-	NetnsPath  string            `json:"netns_path,omitempty"`
-	IPv4       []string          `json:"ipv4,omitempty"`
+	ID         string     `json:"id"` // a UUID
+	JobID      string     `json:"job_id"`
+	Group      string     `json:"group"`
+	Status     string     `json:"status"` // AllocPending, ...
+	StatusDesc string     `json:"status_description,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ModifiedAt time.Time  `json:"modified_at"`
+	Tasks      []TaskStub `json:"tasks"`
+	// Network is the CNI network's name, or the network mode ("host",
+	// "none") when there is none; empty before the network is set up.
+	Network   string   `json:"network,omitempty"`
+	NetnsPath string   `json:"netns_path,omitempty"`
+	IPv4      []string `json:"ipv4,omitempty"`
 }
 
-// NewAllocStub summarises an allocation record.
-func NewAllocStub(a *store.Allocation) AllocStub {
-	s := AllocStub{
-		ID: a.ID, JobID: a.JobID, Group: a.Group, Status: a.Status, StatusDesc: a.StatusDesc,
-		CreatedAt: a.CreatedAt, ModifiedAt: a.ModifiedAt, Tasks: make([]TaskStub, 0, len(a.Tasks)),
+// Allocation is GET /v1/allocation/{id}: one run of a task group.
+type Allocation struct {
+	ID         string         `json:"id"`                  // a UUID
+	Namespace  string         `json:"namespace,omitempty"` // the job's Nomad namespace
+	JobID      string         `json:"job_id"`
+	Group      string         `json:"group"`
+	Status     string         `json:"status"` // AllocPending, ...
+	StatusDesc string         `json:"status_description,omitempty"`
+	Tasks      []TaskState    `json:"tasks"`
+	Network    *NetworkStatus `json:"network,omitempty"` // absent before setup
+	Events     []Event        `json:"events,omitempty"`  // oldest first
+	// OwnerPID and OwnerStartTime name the berth process running the
+	// allocation (the start time in clock ticks since boot tells a reused
+	// PID apart).
+	OwnerPID       int       `json:"owner_pid,omitempty"`
+	OwnerStartTime uint64    `json:"owner_start_time,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
+	ModifiedAt     time.Time `json:"modified_at"`
+	Timings        *Timings  `json:"timings_ms,omitempty"` // absent until something was timed
+	// TeardownRetries counts namespace removals that found it busy or had
+	// to retry; Holders are who held it (Holder strings).
+	TeardownRetries int      `json:"teardown_retries,omitempty"`
+	Holders         []string `json:"holders,omitempty"`
+}
+
+// TaskState is one task of an Allocation.
+type TaskState struct {
+	Name     string `json:"name"`
+	Driver   string `json:"driver"`
+	State    string `json:"state"` // "pending", "running" or "dead"
+	Failed   bool   `json:"failed"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"` // the signal that ended it
+	Restarts int    `json:"restarts"`
+	// StartedAt and FinishedAt are the zero time (0001-01-01T00:00:00Z)
+	// until the task has started, or finished.
+	StartedAt  time.Time   `json:"started_at,omitempty"`
+	FinishedAt time.Time   `json:"finished_at,omitempty"`
+	Handle     *TaskHandle `json:"handle,omitempty"` // set once started
+}
+
+// TaskHandle is what finds a task's process or container.
+type TaskHandle struct {
+	Driver        string `json:"driver"`
+	PID           int    `json:"pid,omitempty"`            // raw_exec, exec: the task's process
+	PIDStartTime  uint64 `json:"pid_start_time,omitempty"` // its start time in clock ticks since boot
+	ContainerID   string `json:"container_id,omitempty"`   // podman
+	ContainerName string `json:"container_name,omitempty"` // podman
+	CgroupPath    string `json:"cgroup_path,omitempty"`    // exec
+}
+
+// Event is one line of an allocation's timeline.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"` // e.g. "Received", "Network", "Restarting", "Killed", "Network removed"
+	Message string    `json:"message"`
+}
+
+// NetworkStatus is where an allocation's namespace is and what CNI gave
+// it, as Nomad's NetworkStatus.
+type NetworkStatus struct {
+	Mode      string   `json:"mode"`              // the group's network mode: "host", "none", "bridge", "cni/<name>"
+	Network   string   `json:"network,omitempty"` // the CNI network's name
+	NetnsPath string   `json:"netns_path,omitempty"`
+	Interface string   `json:"interface,omitempty"` // inside the namespace, e.g. "eth0"
+	IPv4      []string `json:"ipv4,omitempty"`      // addresses, without prefix length
+	IPv6      []string `json:"ipv6,omitempty"`
+	Gateway   []string `json:"gateway,omitempty"`
+	DNS       *DNS     `json:"dns,omitempty"`
+}
+
+// DNS is a resolver configuration: a group's dns block, or what CNI
+// handed to the workload.
+type DNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// Timings are how long an allocation's steps took, in milliseconds, summed
+// over its restarts; a step that did not happen is absent (0).
+type Timings struct {
+	Netns float64 `json:"netns,omitempty"` // creating and pinning the namespace
+	Add   float64 `json:"add,omitempty"`   // CNI ADD
+	// Berth is berth's own work around setup and teardown: records,
+	// locks, CHECK.
+	Berth         float64 `json:"berth,omitempty"`
+	TaskStart     float64 `json:"task_start,omitempty"`     // the driver starting the tasks
+	Task          float64 `json:"task,omitempty"`           // the tasks running, restarts included
+	DriverCleanup float64 `json:"driver_cleanup,omitempty"` // the driver releasing the tasks (container removed)
+	Del           float64 `json:"del,omitempty"`            // CNI DEL
+	Remove        float64 `json:"remove,omitempty"`         // unmounting and removing the namespace
+	// ExitToNetnsGone is from the last task's exit to the namespace being
+	// gone.
+	ExitToNetnsGone float64 `json:"exit_to_netns_gone,omitempty"`
+	Total           float64 `json:"total,omitempty"` // the whole allocation
+}
+
+// Step is one step of Timings.
+type Step struct {
+	Name string  // its JSON name
+	MS   float64 // milliseconds
+}
+
+// Steps lists the steps that took time, by name.
+func (t *Timings) Steps() []Step {
+	if t == nil {
+		return nil
 	}
-	for _, t := range a.Tasks {
-		s.Tasks = append(s.Tasks, TaskStub{Name: t.Name, State: t.State, Failed: t.Failed, ExitCode: t.ExitCode, Restarts: t.Restarts})
+	all := []Step{
+		{"netns", t.Netns}, {"add", t.Add}, {"berth", t.Berth}, {"task_start", t.TaskStart},
+		{"task", t.Task}, {"driver_cleanup", t.DriverCleanup}, {"del", t.Del}, {"remove", t.Remove},
+		{"exit_to_netns_gone", t.ExitToNetnsGone}, {"total", t.Total},
 	}
-	if n := a.Network; n != nil {
-		s.Network, s.NetnsPath, s.IPv4 = n.Network, n.NetnsPath, n.IPv4
-		if s.Network == "" {
-			s.Network = n.Mode
+	var out []Step
+	for _, s := range all {
+		if s.MS != 0 {
+			out = append(out, s)
 		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NetnsEntry is one line of GET /v1/namespaces: a namespace of the agent's
+// netns dir, or a pending teardown whose namespace is already gone, joined
+// with berth's record of it.
+type NetnsEntry struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Pinned bool   `json:"pinned"` // mounted at Path (false: a leftover file, or gone)
+	Berth  bool   `json:"berth"`  // berth has a record of it
+	// Network, Phase, IPv4, AllocID and LastError come from berth's record.
+	Network string `json:"network,omitempty"`
+	// Phase is "intent" (being set up), "ready" or "tearing-down" (a
+	// teardown that must be retried; LastError says why it failed).
+	Phase     string   `json:"phase,omitempty"`
+	IPv4      []string `json:"ipv4,omitempty"`
+	AllocID   string   `json:"alloc_id,omitempty"`
+	LastError string   `json:"last_error,omitempty"`
+	Holders   []Holder `json:"holders"` // of a pinned namespace; never null
+}
+
+// Holder kinds.
+const (
+	// HolderFD: the process has a file descriptor open on the namespace;
+	// a plain unmount fails with EBUSY.
+	HolderFD = "fd"
+	// HolderMount: the namespace is mounted in another mount namespace;
+	// it stays alive until that is unmounted.
+	HolderMount = "mount"
+	// HolderMember: the process lives in the namespace; the namespace
+	// survives the removal of its pin until the process exits.
+	HolderMember = "member"
+)
+
+// Holder is one process that keeps a namespace busy or alive.
+type Holder struct {
+	PID     int    `json:"pid"`
+	Comm    string `json:"comm"`
+	Cmdline string `json:"cmdline,omitempty"`
+	Kind    string `json:"kind"` // HolderFD, HolderMount or HolderMember
+	// Detail is the fd number, or the mount point in the other mount
+	// namespace.
+	Detail string `json:"detail,omitempty"`
+}
+
+// String is "pid 12 (sh) fd 3", as berth logs and reports holders.
+func (h Holder) String() string {
+	s := fmt.Sprintf("pid %d (%s) %s", h.PID, h.Comm, h.Kind)
+	if h.Detail != "" {
+		s += " " + h.Detail
 	}
 	return s
 }
 
-// GCRequest asks for a garbage collection: see `berth gc --help` for the
-// foreign prefixes and networks.
+// GCRequest asks for a garbage collection (POST /v1/gc's query): see
+// `berth gc --help` for the foreign prefixes and networks.
 type GCRequest struct {
 	DryRun          bool
 	ForeignPrefixes []string
 	ForeignNetworks []string
 }
 
+// GCItem kinds.
+const (
+	GCAllocOwner = "alloc-owner" // an allocation whose owning berth process is gone
+	GCAttachment = "attachment"  // a store record driven to a clean state
+	GCNetns      = "netns"       // a namespace berth made that nothing owns
+	GCCNICache   = "cni-cache"   // a libcni cache entry of berth's that nothing owns
+	GCCNIGC      = "cni-gc"      // the CNI GC verb sent to a network
+	GCLease      = "lease"       // a host-local lease of an unknown container ID
+	GCIptables   = "iptables"    // CNI rules and chains of an unknown ID
+	GCBridge     = "bridge"      // what a network keeps after its last attachment
+)
+
 // GCItem is one thing garbage collection found, reclaimed or kept.
 type GCItem struct {
-	Kind    string `json:"kind"`
-	ID      string `json:"id,omitempty"`
-	Network string `json:"network,omitempty"`
-	Path    string `json:"path,omitempty"`
-	Reason  string `json:"reason"`
+	Kind    string `json:"kind"`              // GCNetns, ...
+	ID      string `json:"id,omitempty"`      // attachment, allocation or container ID, or an address
+	Network string `json:"network,omitempty"` // the CNI network it belongs to
+	Path    string `json:"path,omitempty"`    // the file or namespace path
+	Reason  string `json:"reason"`            // why it was found, or kept
 }
 
-// GCReport is POST /v1/gc: the gc package's report, as JSON.
+// GCReport is POST /v1/gc: what a garbage collection found and did.
 type GCReport struct {
-	DryRun           bool     `json:"dry_run"`
-	StoreUnavailable string   `json:"store_unavailable,omitempty"`
-	Reboot           bool     `json:"reboot_detected,omitempty"`
-	Found            []GCItem `json:"found"`
-	Reclaimed        []GCItem `json:"reclaimed"`
-	Kept             []GCItem `json:"kept"`
-	Errors           []string `json:"errors"`
-	DurationMS       float64  `json:"duration_ms"`
+	DryRun bool `json:"dry_run"`
+	// StoreUnavailable is why the store could not be read; the sweep then
+	// used host evidence only and kept every namespace that still exists.
+	StoreUnavailable string `json:"store_unavailable,omitempty"`
+	// Reboot is set when berth's attachments expect namespaces and none
+	// of them exists any more.
+	Reboot bool     `json:"reboot_detected,omitempty"`
+	Found  []GCItem `json:"found"`
+	// Reclaimed repeats the Found items it reclaimed, and adds what
+	// followed from them (tidying, the GC verb).
+	Reclaimed []GCItem `json:"reclaimed"`
+	// Kept lists suspicious things left alone on purpose.
+	Kept []GCItem `json:"kept"`
+	// Errors are what could not be reclaimed; a later run retries.
+	Errors     []string `json:"errors"`
+	DurationMS float64  `json:"duration_ms"`
+}
+
+// Job is a parsed, validated job with every default filled in, as
+// POST /v1/jobs/plan and GET /v1/job/{id} show it.
+type Job struct {
+	ID          string            `json:"id"`
+	Type        string            `json:"type"` // "batch" or "service"
+	Namespace   string            `json:"namespace"`
+	Region      string            `json:"region"`
+	Datacenters []string          `json:"datacenters"`
+	Priority    int               `json:"priority"`
+	Meta        map[string]string `json:"meta,omitempty"`
+	Constraints []Constraint      `json:"constraints,omitempty"`
+	Periodic    *Periodic         `json:"periodic,omitempty"`
+	Groups      []*Group          `json:"groups"`
+	// Warnings are accepted constructs that do nothing on berth
+	// (reschedule, a datacenter list without this node's datacenter).
+	Warnings []Diagnostic `json:"warnings,omitempty"`
+	Pos      Pos          `json:"pos"` // the job block
+}
+
+// Periodic is a job's periodic block.
+type Periodic struct {
+	Crons           []string `json:"crons"` // cron = "..." is a one-element list
+	ProhibitOverlap bool     `json:"prohibit_overlap"`
+	TimeZone        string   `json:"time_zone"` // IANA name the crons are evaluated in
+	Enabled         bool     `json:"enabled"`
+	Pos             Pos      `json:"pos"`
+}
+
+// Group is a task group: the tasks that share one allocation and one
+// network namespace.
+type Group struct {
+	Name        string            `json:"name"`
+	Count       int               `json:"count"` // allocations per launch
+	Meta        map[string]string `json:"meta,omitempty"`
+	Constraints []Constraint      `json:"constraints,omitempty"`
+	Restart     RestartPolicy     `json:"restart"`
+	Reschedule  ReschedulePolicy  `json:"reschedule"`
+	Network     Network           `json:"network"`
+	Tasks       []*Task           `json:"tasks"`
+	Pos         Pos               `json:"pos"`
+}
+
+// Constraint is a constraint block. Attribute and Value keep the
+// "${attr.x}" text as written.
+type Constraint struct {
+	Attribute string `json:"attribute,omitempty"`
+	Operator  string `json:"operator"`
+	Value     string `json:"value,omitempty"`
+	Pos       Pos    `json:"pos"`
+}
+
+// RestartPolicy is a restart block: the group's, or a task's with the
+// group's filled in.
+type RestartPolicy struct {
+	Attempts int      `json:"attempts"`
+	Interval Duration `json:"interval"`
+	Delay    Duration `json:"delay"`
+	Mode     string   `json:"mode"` // "fail" or "delay"
+}
+
+// ReschedulePolicy is recorded as written (with Nomad's defaults) but never
+// applies: rescheduling moves an allocation to another node.
+type ReschedulePolicy struct {
+	Attempts      int      `json:"attempts"`
+	Interval      Duration `json:"interval"`
+	Delay         Duration `json:"delay"`
+	DelayFunction string   `json:"delay_function"`
+	MaxDelay      Duration `json:"max_delay"`
+	Unlimited     bool     `json:"unlimited"`
+	Applies       bool     `json:"applies"` // always false on berth
+	Set           bool     `json:"set"`     // the job file had a reschedule block
+}
+
+// Network is a group's network block.
+type Network struct {
+	Mode     string            `json:"mode"`          // "host" (default), "none", "bridge" or "cni/<name>"
+	CNI      string            `json:"cni,omitempty"` // <name> of "cni/<name>"
+	Hostname string            `json:"hostname,omitempty"`
+	Ports    []Port            `json:"ports,omitempty"`
+	DNS      *DNS              `json:"dns,omitempty"`
+	CNIArgs  map[string]string `json:"cni_args,omitempty"`
+	Pos      Pos               `json:"pos"`
+	ModePos  Pos               `json:"mode_pos"`
+}
+
+// Port is a port block. Static 0 means a dynamic host port; To -1 means
+// "same as the host port".
+type Port struct {
+	Label       string `json:"label"`
+	Static      int    `json:"static,omitempty"`
+	To          int    `json:"to,omitempty"`
+	HostNetwork string `json:"host_network,omitempty"`
+	Pos         Pos    `json:"pos"`
+}
+
+// Task is one process or container of a group.
+type Task struct {
+	Name   string `json:"name"`
+	Driver string `json:"driver"` // "raw_exec", "exec" or "podman"
+	// Config is the driver's config block as JSON values; a nested block
+	// is a list of objects under its type, one per block.
+	Config      map[string]any    `json:"config"`
+	Env         map[string]string `json:"env,omitempty"`
+	KillTimeout Duration          `json:"kill_timeout"`
+	Resources   Resources         `json:"resources"`
+	Meta        map[string]string `json:"meta,omitempty"`
+	Leader      bool              `json:"leader,omitempty"`
+	User        string            `json:"user,omitempty"`
+	Restart     RestartPolicy     `json:"restart"`
+	Constraints []Constraint      `json:"constraints,omitempty"`
+	Pos         Pos               `json:"pos"`        // the task block
+	ConfigPos   Pos               `json:"config_pos"` // its config block
+	DriverPos   Pos               `json:"driver_pos"` // its driver attribute
+}
+
+// Resources is a resources block, recorded with Nomad's defaults; berth
+// does not enforce it.
+type Resources struct {
+	CPU         int `json:"cpu,omitempty"` // MHz
+	Cores       int `json:"cores,omitempty"`
+	MemoryMB    int `json:"memory"`
+	MemoryMaxMB int `json:"memory_max,omitempty"`
+}
+
+// Duration is a duration from a job file, written in JSON as Go duration
+// text ("15s", "1m30s", "0s").
+type Duration time.Duration
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"15s\": %w", err)
+	}
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/store"
 )
 
 func newAllocCmd(g *Globals) *cobra.Command {
@@ -55,7 +53,7 @@ func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 		Short: "Show an allocation: status, tasks and exit codes, network status, events (an ID prefix is enough)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := agentCall(cf, func(c *api.Client) (*store.Allocation, error) { return c.Allocation(cmd.Context(), args[0]) })
+			a, err := agentCall(cf, func(c *api.Client) (*api.Allocation, error) { return c.Allocation(cmd.Context(), args[0]) })
 			if err != nil {
 				return err
 			}
@@ -67,7 +65,7 @@ func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 	}
 }
 
-func printAlloc(g *Globals, a *store.Allocation) error {
+func printAlloc(g *Globals, a *api.Allocation) error {
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "ID\t%s\n", a.ID)
 	fmt.Fprintf(w, "Job\t%s\n", a.JobID)
@@ -128,12 +126,11 @@ func printAlloc(g *Globals, a *store.Allocation) error {
 		return err
 	}
 
-	if len(a.TimingsMS) > 0 {
+	if steps := a.Timings.Steps(); len(steps) > 0 {
 		var parts []string
-		for k, v := range a.TimingsMS {
-			parts = append(parts, fmt.Sprintf("%s %.1f", k, v))
+		for _, s := range steps {
+			parts = append(parts, fmt.Sprintf("%s %.1f", s.Name, s.MS))
 		}
-		sort.Strings(parts)
 		fmt.Fprintf(g.stdout, "\nTimings (ms): %s\n", strings.Join(parts, ", "))
 	}
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth/berth/agent"
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/store"
 )
@@ -28,7 +30,7 @@ the store and the netns dir itself (which needs the data dir to be free).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var list []attach.NetEntry
+			var list []api.NetnsEntry
 			c, ok, err := agentClient(ctx, cf)
 			switch {
 			case err != nil:
@@ -41,7 +43,8 @@ the store and the netns dir itself (which needs the data dir to be free).`,
 			default:
 				g.Logger().Debug("no agent answers; listing locally", "address", cf.Address)
 				err = g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
-					list, err = attach.ListNamespaces(ctx, m)
+					local, err := attach.ListNamespaces(ctx, m)
+					list = agent.WireNamespaces(local)
 					return err
 				})
 				if err != nil {
@@ -50,17 +53,22 @@ the store and the netns dir itself (which needs the data dir to be free).`,
 			}
 			if g.JSON {
 				if list == nil {
-					list = []attach.NetEntry{}
+					list = []api.NetnsEntry{}
 				}
 				return g.PrintJSON(list)
 			}
-			return printNetEntries(g, list)
+			return printNetns(g, list)
 		},
 	})
 	return cmd
 }
 
+// printNetEntries prints a local listing (`berth net ls`) as the agent's.
 func printNetEntries(g *Globals, list []attach.NetEntry) error {
+	return printNetns(g, agent.WireNamespaces(list))
+}
+
+func printNetns(g *Globals, list []api.NetnsEntry) error {
 	if len(list) == 0 {
 		fmt.Fprintln(g.stdout, "no namespaces")
 		return nil
@@ -79,7 +87,7 @@ func printNetEntries(g *Globals, list []attach.NetEntry) error {
 		for _, h := range e.Holders {
 			hs = append(hs, h.String())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, owner, dash(e.Network), dash(string(e.Phase)),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, owner, dash(e.Network), dash(e.Phase),
 			dash(strings.Join(e.IPv4, ",")), dash(shortID(e.AllocID)), dash(strings.Join(hs, "; ")))
 	}
 	return w.Flush()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth/berth/agent"
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
@@ -171,7 +173,7 @@ stops running tasks, tears their networks down and prints the summary.`,
 					return err
 				}
 			} else {
-				printSummary(g, sum)
+				printSummary(g, agent.WireSummary(sum))
 			}
 			if !sum.OK() {
 				return exitCode(1)
@@ -215,7 +217,7 @@ func exitCodes(a *store.Allocation) string {
 	return strings.Join(c, ",")
 }
 
-func printSummary(g *Globals, s *runner.Summary) {
+func printSummary(g *Globals, s *api.JobSummary) {
 	w := g.stdout
 	var st []string
 	for k, v := range s.ByStatus {
