@@ -79,6 +79,9 @@ func wireAlloc(a *store.Allocation) *api.Allocation {
 		if d := n.DNS; d != nil {
 			out.Network.DNS = wireDNS(d.Servers, d.Searches, d.Options)
 		}
+		for _, p := range n.Ports {
+			out.Network.Ports = append(out.Network.Ports, api.PortMapping{Label: p.Label, HostIP: p.HostIP, HostPort: p.HostPort, To: p.To})
+		}
 	}
 	if a.Events != nil {
 		out.Events = make([]api.Event, 0, len(a.Events))

@@ -339,6 +339,17 @@ type NetworkStatus struct {
 	IPv6      []string `json:"ipv6,omitempty"`
 	Gateway   []string `json:"gateway,omitempty"`
 	DNS       *DNS     `json:"dns,omitempty"`
+	// Ports are the group's port labels as mapped for this allocation.
+	Ports []PortMapping `json:"ports,omitempty"`
+}
+
+// PortMapping is one port label of an allocation: HostIP:HostPort on the
+// host reaches To inside the namespace.
+type PortMapping struct {
+	Label    string `json:"label"`
+	HostIP   string `json:"host_ip,omitempty"`
+	HostPort int    `json:"host_port"`
+	To       int    `json:"to,omitempty"`
 }
 
 // DNS is a resolver configuration: a group's dns block, or what CNI

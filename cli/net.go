@@ -187,26 +187,6 @@ runtime; berth gc removes it once no interface of any runtime uses it.`,
 	}
 }
 
-func newNetLsCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "ls",
-		Short: "List namespaces in the netns dir: which are berth's, their network, IPs and holders",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, a []string) error {
-			return g.withManager(cmd.Context(), func(m *attach.Manager, _ *store.Store) error {
-				list, err := attach.ListNamespaces(cmd.Context(), m)
-				if err != nil {
-					return err
-				}
-				if g.JSON {
-					return g.PrintJSON(list)
-				}
-				return printNetEntries(g, list)
-			})
-		},
-	}
-}
-
 func dash(s string) string {
 	if s == "" {
 		return "-"

@@ -14,42 +14,35 @@ import (
 )
 
 func newNetnsCmd(g *Globals) *cobra.Command {
-	cf := &ClientFlags{}
 	cmd := &cobra.Command{
 		Use:   "netns",
-		Short: "Inspect network namespaces through the agent (or locally when no agent runs)",
+		Short: "Inspect network namespaces (the same as `berth net ls`)",
 	}
-	cf.register(cmd)
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(newNetLsCmd(g))
+	return cmd
+}
+
+// newNetLsCmd is `berth net ls` and `berth netns ls`: the store is shared by
+// every berth process on the data dir, so the listing is read here whether
+// or not an agent runs.
+func newNetLsCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "ls",
 		Short: "List namespaces: which are berth's, their network, IPs, allocation and the processes holding them",
 		Long: `List the namespaces of the netns dir with berth's records: owner, network,
 phase, IPs, allocation and holders (open fds, mounts in other mount namespaces,
-member processes). Asks the agent at --address; when none answers there, reads
-the store and the netns dir itself (which needs the data dir to be free).`,
+member processes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var list []api.NetnsEntry
-			c, ok, err := agentClient(ctx, cf)
-			switch {
-			case err != nil:
-				return agentErr(err)
-			case ok:
-				defer c.Close()
-				if list, err = c.Namespaces(ctx); err != nil {
-					return agentErr(err)
-				}
-			default:
-				g.Logger().Debug("no agent answers; listing locally", "address", cf.Address)
-				err = g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
-					local, err := attach.ListNamespaces(ctx, m)
-					list = agent.WireNamespaces(local)
-					return err
-				})
-				if err != nil {
-					return err
-				}
+			err := g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
+				local, err := attach.ListNamespaces(ctx, m)
+				list = agent.WireNamespaces(local)
+				return err
+			})
+			if err != nil {
+				return err
 			}
 			if g.JSON {
 				if list == nil {
@@ -59,13 +52,7 @@ the store and the netns dir itself (which needs the data dir to be free).`,
 			}
 			return printNetns(g, list)
 		},
-	})
-	return cmd
-}
-
-// printNetEntries prints a local listing (`berth net ls`) as the agent's.
-func printNetEntries(g *Globals, list []attach.NetEntry) error {
-	return printNetns(g, agent.WireNamespaces(list))
+	}
 }
 
 func printNetns(g *Globals, list []api.NetnsEntry) error {

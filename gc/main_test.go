@@ -216,8 +216,6 @@ func has(items []gc.Item, kind, id string) bool {
 	return false
 }
 
-// assertClean checks that nothing of the attachments is left, and that the
-// network is tidied away (bridge, host-local dir) as before the test.
 // downThenGC runs `berth net down` of each ID, checks that the network's
 // bridge stays (what CNI keeps for every attachment is left for the next
 // one, as every CNI runtime does), then runs `berth gc`, which tidies it.
@@ -232,7 +230,9 @@ func (e *env) downThenGC(t *testing.T, ids ...string) {
 	e.mustBerth(t, "gc")
 }
 
-func (e *env) assertClean(t *testing.T, ids ...string) {
+// assertCleanOf checks that nothing of the attachments is left: record,
+// namespace, cache entry, lease, rules.
+func (e *env) assertCleanOf(t *testing.T, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
 	if st, err := store.Open(ctx, e.dataDir, store.Options{}); err == nil {
@@ -266,6 +266,14 @@ func (e *env) assertClean(t *testing.T, ids ...string) {
 			t.Errorf("iptables rules of %s remain", id)
 		}
 	}
+}
+
+// assertClean checks that nothing of the attachments is left, and that the
+// network is tidied away (bridge, host-local dir) as before the test.
+func (e *env) assertClean(t *testing.T, ids ...string) {
+	t.Helper()
+	e.assertCleanOf(t, ids...)
+	ipt, _ := exec.Command("iptables-save").Output()
 	for _, line := range strings.Split(string(ipt), "\n") {
 		if strings.HasPrefix(line, "-A CNI-FORWARD") && strings.Contains(line, subnetPrefix(e.net.Subnet)) {
 			t.Errorf("firewall rule of the test network remains: %s", line)

@@ -251,27 +251,49 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 // transaction lock: schema, migrations, and a walk of every page, so that
 // corruption is found here rather than in the middle of a later write.
 func (s *Store) initialize(ctx context.Context) error {
+	// Most opens find a store that needs nothing: it is checked under the
+	// shared lock, beside other readers; only a new store or a migration
+	// takes the exclusive one.
+	if done, err := s.initializeAs(ctx, false); done || err != nil {
+		return err
+	}
+	_, err := s.initializeAs(ctx, true)
+	return err
+}
+
+func (s *Store) initializeAs(ctx context.Context, write bool) (done bool, err error) {
+	if !write {
+		// Missing, or empty (bbolt died before it wrote its first
+		// pages): made below, under the exclusive lock.
+		if fi, err := os.Stat(s.path); err != nil || fi.Size() == 0 {
+			return false, nil
+		}
+	}
 	lctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	l, err := flock.Acquire(lctx, s.txLock, flock.Options{Exclusive: true})
+	l, err := flock.Acquire(lctx, s.txLock, flock.Options{Exclusive: write})
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", s.path, err)
+		return false, fmt.Errorf("open store %s: %w", s.path, err)
 	}
 	defer l.Unlock()
-	db, err := openBolt(s.path, true, true)
+	db, err := openBolt(s.path, write, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer db.Close()
 	fi, err := os.Stat(s.path)
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", s.path, err)
+		return false, fmt.Errorf("open store %s: %w", s.path, err)
 	}
-	if err := s.initSchema(db); err != nil {
-		return err
+	if !write {
+		if !upToDate(db) {
+			return false, nil
+		}
+	} else if err := s.initSchema(db); err != nil {
+		return false, err
 	}
 	s.ident = identOf(fi)
-	return nil
+	return true, nil
 }
 
 // fileIdent tells the db file this Store opened from one put in its place.
@@ -335,7 +357,7 @@ func (s *Store) checkIdent(db *bolt.DB) error {
 // transactions find a missing file an error (it was moved aside), never a
 // fresh store.
 func openBolt(path string, write, first bool) (db *bolt.DB, err error) {
-	create := first
+	create := first && write
 	var file *os.File
 	bopts := &bolt.Options{
 		ReadOnly: !write,
@@ -473,6 +495,11 @@ func corruptError(path string, cause error) error {
 // initSchema creates the buckets of a fresh store, refuses a newer one and
 // migrates an older one, all in one transaction.
 func (s *Store) initSchema(db *bolt.DB) error {
+	if upToDate(db) {
+		// Every berth command opens the store: one that needs no change
+		// must not cost a write (and its fsyncs).
+		return nil
+	}
 	var migrated []int
 	err := db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
@@ -537,6 +564,26 @@ func (s *Store) initSchema(db *bolt.DB) error {
 		s.log.Info("migrated store schema", "path", s.path, "from", from, "to", from+1)
 	}
 	return nil
+}
+
+// upToDate says whether the store already has this schema version and all
+// of its buckets.
+func upToDate(db *bolt.DB) bool {
+	ok := false
+	_ = db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil || string(meta.Get(keySchemaVersion)) != strconv.Itoa(SchemaVersion) {
+			return nil
+		}
+		for _, name := range dataBuckets() {
+			if tx.Bucket(name) == nil {
+				return nil
+			}
+		}
+		ok = true
+		return nil
+	})
+	return ok
 }
 
 // Close waits for queued writes and lets go of the data dir. Calling it

@@ -1,0 +1,238 @@
+package gc_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/gc"
+	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/store"
+)
+
+// parallel runs one berth process per args at once and returns their
+// results in order.
+func (e *env) parallel(t *testing.T, cmds [][]string, points ...string) []result {
+	t.Helper()
+	out := make([]result, len(cmds))
+	var wg sync.WaitGroup
+	for i, args := range cmds {
+		point := ""
+		if i < len(points) {
+			point = points[i]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = e.berth(t, e.dataDir, point, args...)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func mustAllExit0(t *testing.T, what string, rs []result) {
+	t.Helper()
+	for i, r := range rs {
+		if !r.status.Exited() || r.status.ExitStatus() != 0 {
+			t.Errorf("%s #%d: status %v\nstdout: %s\nstderr: %s", what, i, r.status, r.stdout, r.stderr)
+		}
+	}
+}
+
+// startAgent runs `berth agent` on the env's data dir, collecting garbage
+// every 100 ms so that its sweeps race the CLI processes. It is stopped
+// (SIGTERM, by its PID) at the end of the test.
+func (e *env) startAgent(t *testing.T) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "berth.sock")
+	args := append(e.flags(e.dataDir), "agent", "--socket", sock, "--gc-interval", "100ms")
+	cmd := exec.Command(berthBin, args...)
+	stderr, err := cmd.StderrPipe()
+	testenv.Must(t, err)
+	testenv.Must(t, cmd.Start())
+	exited := make(chan struct{})
+	ready := make(chan struct{})
+	var log strings.Builder
+	var logMu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if strings.Contains(sc.Text(), "berth agent ready") {
+				once.Do(func() { close(ready) })
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("agent log:\n%s", log.String())
+			logMu.Unlock()
+		}
+	})
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("agent exited before it was ready:\n%s", log.String())
+	case <-time.After(time.Minute):
+		t.Fatal("agent not ready within a minute")
+	}
+}
+
+// TestManyProcessesOneDataDir: 8 `net up` at once, then a gc, a dry-run gc
+// and a doctor at once, then 8 `net down` at once, on one data dir, alone
+// and beside a running agent whose own gc runs every 100 ms: every command
+// exits 0, the 8 attachments get 8 distinct addresses, and nothing is left.
+func TestManyProcessesOneDataDir(t *testing.T) {
+	for i, beside := range []bool{false, true} {
+		name := "alone"
+		if beside {
+			name = "beside-agent"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, full(fmt.Sprintf("10.199.%d.0/24", 100+i)))
+			if beside {
+				e.startAgent(t)
+			}
+			var ups, downs [][]string
+			var ids []string
+			for range 8 {
+				id := e.id()
+				ids = append(ids, id)
+				ups = append(ups, []string{"net", "up", id, "--network", e.net.Name, "--json"})
+				downs = append(downs, []string{"net", "down", id})
+			}
+			rs := e.parallel(t, ups)
+			mustAllExit0(t, "net up", rs)
+			addrs := map[string]string{}
+			for i, r := range rs {
+				var st attach.Status
+				if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.IPv4) == 0 {
+					t.Fatalf("net up %s: %v\n%s", ids[i], err, r.stdout)
+				}
+				if other, dup := addrs[st.IPv4[0]]; dup {
+					t.Errorf("%s and %s got the same address %s", other, ids[i], st.IPv4[0])
+				}
+				addrs[st.IPv4[0]] = ids[i]
+			}
+
+			mustAllExit0(t, "gc, gc --dry-run, doctor", e.parallel(t, [][]string{{"gc"}, {"gc", "--dry-run"}, {"doctor"}}))
+			for _, id := range ids {
+				if _, err := os.Stat("/run/netns/" + id); err != nil {
+					t.Errorf("gc beside live attachments removed %s: %v", id, err)
+				}
+			}
+			mustAllExit0(t, "net down", e.parallel(t, downs))
+			mustAllExit0(t, "gc", e.parallel(t, [][]string{{"gc"}}))
+			e.assertClean(t, ids...)
+		})
+	}
+}
+
+// TestKilledMidAddBesideOthers: one `net up` is SIGKILLed in the middle of
+// its plugin chain while three others run; the next gc reclaims exactly
+// that attachment and leaves the three alone.
+func TestKilledMidAddBesideOthers(t *testing.T) {
+	e := newEnv(t, full("10.199.102.0/24"))
+	var ups [][]string
+	var ids []string
+	for range 4 {
+		id := e.id()
+		ids = append(ids, id)
+		ups = append(ups, []string{"net", "up", id, "--network", e.net.Name})
+	}
+	rs := e.parallel(t, ups, fault.MidChainPrefix+"firewall")
+	if !rs[0].status.Signaled() || rs[0].status.Signal() != syscall.SIGKILL {
+		t.Fatalf("net up %s did not die at its crash point: %v\n%s", ids[0], rs[0].status, rs[0].stderr)
+	}
+	mustAllExit0(t, "the other net ups", rs[1:])
+
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || rep.Failed() {
+		t.Fatalf("gc: %v %v\n%s", r.status, rep.Errors, r.stderr)
+	}
+	if !has(rep.Reclaimed, gc.KindAttachment, ids[0]) {
+		t.Errorf("gc did not reclaim the killed attachment %s: %+v", ids[0], rep.Reclaimed)
+	}
+	for _, it := range append(rep.Found, rep.Reclaimed...) {
+		for _, id := range ids[1:] {
+			if it.ID == id {
+				t.Errorf("gc touched the live attachment %s: %+v", id, it)
+			}
+		}
+	}
+	st := e.openStore(t)
+	for _, id := range ids[1:] {
+		rec, err := st.GetAttachment(context.Background(), id)
+		if err != nil || rec.Phase != store.PhaseReady {
+			t.Errorf("live attachment %s after gc: %+v, %v", id, rec, err)
+		}
+		if _, err := os.Stat("/run/netns/" + id); err != nil {
+			t.Errorf("namespace of live attachment %s gone: %v", id, err)
+		}
+	}
+	st.Close()
+	e.assertCleanOf(t, ids[0])
+	e.downThenGC(t, ids[1:]...)
+	e.assertClean(t, ids...)
+}
+
+// TestForeignBridgeKept: a bridge another runtime has an interface on is
+// never deleted by berth, even when berth used its network and has no
+// attachment left on it; once that interface is gone, gc tidies it.
+func TestForeignBridgeKept(t *testing.T) {
+	e := newEnv(t, full("10.199.103.0/24"))
+	id := e.id()
+	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
+	e.mustBerth(t, "net", "down", id)
+
+	// Another runtime's interface on the bridge.
+	foreign := "btfv" + testenv.RandSuffix(6)
+	testenv.Run(t, "ip", "link", "add", foreign, "type", "veth", "peer", "name", foreign+"p")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", foreign).Run() })
+	testenv.Run(t, "ip", "link", "set", foreign, "master", e.net.Bridge)
+
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || rep.Failed() {
+		t.Fatalf("gc: %v %v\n%s", r.status, rep.Errors, r.stderr)
+	}
+	if err := exec.Command("ip", "link", "show", e.net.Bridge).Run(); err != nil {
+		t.Fatalf("gc deleted bridge %s that another runtime uses", e.net.Bridge)
+	}
+	kept := false
+	for _, it := range rep.Kept {
+		if it.Kind == gc.KindBridge && strings.Contains(it.Reason, "another runtime") {
+			kept = true
+		}
+	}
+	if !kept {
+		t.Errorf("gc does not say why it kept the bridge: %+v", rep.Kept)
+	}
+
+	testenv.Run(t, "ip", "link", "del", foreign)
+	e.mustBerth(t, "gc")
+	e.assertClean(t, id)
+}
