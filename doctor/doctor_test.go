@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
 )
@@ -754,7 +755,7 @@ func cleanOptions(t *testing.T) Options {
 	return Options{
 		NetnsDir: netnsDir,
 		ConfDir:  conf,
-		CNI:      cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache}),
+		CNI:      cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache, Rules: hostclean.Rules{}}),
 		DataDir:  data,
 		Podman:   PodmanOptions{Sockets: []string{filepath.Join(t.TempDir(), "none.sock")}},
 		Leaks:    BasicLeakFinder(BasicLeakOptions{NetnsDir: netnsDir, DataDir: data, ConfDir: conf, HostLocalDir: t.TempDir(), CNICacheDir: cache}),
@@ -793,7 +794,7 @@ func TestRunFindsPlantedProblems(t *testing.T) {
 	missing := prefix + "-missing-" + suffix
 	plugins := t.TempDir()
 	oldPlugin(t, plugins, prefix+"-old-"+suffix)
-	o.CNI = cni.NewClient(cni.Options{PluginPath: []string{plugins, testenv.ReferencePlugins}, CacheDir: t.TempDir()})
+	o.CNI = cni.NewClient(cni.Options{PluginPath: []string{plugins, testenv.ReferencePlugins}, CacheDir: t.TempDir(), Rules: hostclean.Rules{}})
 	writeFile(t, filepath.Join(o.ConfDir, "20-missing.conflist"), conflist("missing", "1.1.0", bridgePlugin(), map[string]any{"type": missing}), 0o644)
 	writeFile(t, filepath.Join(o.ConfDir, "30-future.conflist"), conflist("future", "9.9.9", bridgePlugin()), 0o644)
 	writeFile(t, filepath.Join(o.ConfDir, "40-old.conflist"), conflist("old", "1.0.0", map[string]any{"type": prefix + "-old-" + suffix}), 0o644)
