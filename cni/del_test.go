@@ -105,7 +105,7 @@ func TestDelRemovesMarkedRules(t *testing.T) {
 			delErrs: []error{boom}, removed: []string{"r"},
 			wantDels: oneRound + "," + oneRound, wantCalls: 2},
 		{name: "DEL fails, nothing marked: no retry", netns: "/nonexistent/netns/x",
-			delErrs: []error{boom},
+			delErrs:  []error{boom},
 			wantDels: oneRound, wantCalls: 1, wantErr: []error{boom}},
 		{name: "DEL fails, removal fails: no retry", netns: "/nonexistent/netns/x",
 			delErrs: []error{boom}, rulesErr: rulesErr, removed: []string{"r"},

@@ -455,7 +455,7 @@ func servePing(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/_ping" {
+		if strings.HasSuffix(r.URL.Path, "/_ping") {
 			fmt.Fprint(w, "OK")
 			return
 		}

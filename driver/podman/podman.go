@@ -117,22 +117,18 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	// taken for someone else's and never be stopped.
 	reapStaleService(filepath.Join(stateDir, "service.pid"), socket, log)
 
-	c := newClient(socket)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err := c.ping(pctx)
-	cancel()
-	if err == nil {
+	if err := Ping(ctx, socket); err == nil {
 		log.Info("using existing podman service", "socket", socket)
-		d.c = c
+		d.c = newClient(socket)
 		return d, nil
 	}
-	c.close()
 
 	podmanBin := opts.PodmanPath
 	if podmanBin == "" {
 		podmanBin = "podman"
 	}
-	if podmanBin, err = exec.LookPath(podmanBin); err != nil {
+	podmanBin, err := exec.LookPath(podmanBin)
+	if err != nil {
 		return nil, fmt.Errorf("podman: no service on %s and no podman binary: %w", socket, err)
 	}
 	svc, err := startService(ctx, podmanBin, socket, d.confPath, stateDir, log)
@@ -147,17 +143,25 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
-// Socket is the podman service's socket the driver talks to.
-func (d *Driver) Socket() string { return d.socket }
+// pingTimeout is how long a service has to answer a ping before it is
+// taken as absent.
+const pingTimeout = 2 * time.Second
 
-// OwnsService reports whether the driver started the service (and Close
-// will stop it).
-func (d *Driver) OwnsService() bool { return d.svc != nil }
-
-// Ping checks that the podman service answers.
-func (d *Driver) Ping(ctx context.Context) error {
-	if err := d.c.ping(ctx); err != nil {
-		return fmt.Errorf("podman: ping %s: %w", d.socket, err)
+// Ping checks that a podman service answers on socket. The driver asks it
+// before starting a service of its own, `berth doctor` to report one.
+func Ping(ctx context.Context, socket string) error {
+	if _, err := os.Stat(socket); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("podman: socket %s: %w", socket, os.ErrNotExist)
+		}
+		return fmt.Errorf("podman: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	c := newClient(socket)
+	defer c.close()
+	if err := c.ping(ctx); err != nil {
+		return fmt.Errorf("podman: ping: %w", err)
 	}
 	return nil
 }
