@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver/podman"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
@@ -523,7 +524,7 @@ func TestCheckPodman(t *testing.T) {
 			r := base(good)
 			r["podman image exists "+DefaultImage] = exit(1, "")
 			return r
-		}(), noSystemd, nil, []want{{"podman/image", StatusWarn, ImageFix}}},
+		}(), noSystemd, nil, []want{{"podman/image", StatusWarn, podman.ImageBuildScript}}},
 		{"no podman", fakeRunner{}, noSystemd, nil, []want{
 			{"podman/binary", StatusWarn, "apt-get install podman"},
 			{"podman/socket", StatusSkip, ""},

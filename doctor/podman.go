@@ -17,9 +17,6 @@ import (
 // is no registry, it is built locally.
 const DefaultImage = "localhost/busybox:latest"
 
-// ImageFix tells how to build DefaultImage.
-const ImageFix = "scripts/image/build-busybox.sh"
-
 // PodmanOptions configure the podman checks.
 type PodmanOptions struct {
 	// Binary is the podman binary ("podman" from PATH).
@@ -194,17 +191,17 @@ func checkPodmanImage(ctx context.Context, o PodmanOptions, berthConf string) Ch
 	switch {
 	case err != nil:
 		c.Status, c.Message = StatusWarn, fmt.Sprintf("podman image exists %s: %v", o.Image, err)
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	case res.ExitCode == 0:
 		c.Status, c.Message = StatusOK, fmt.Sprintf("image %s present", o.Image)
 	case res.ExitCode == 1:
 		c.Status = StatusWarn
 		c.Message = fmt.Sprintf("image %s is missing: podman tasks using it fail (berth never pulls; no registry is reachable)", o.Image)
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	default:
 		c.Status = StatusWarn
 		c.Message = fmt.Sprintf("podman image exists %s exited with %d: %s", o.Image, res.ExitCode, firstLine(res.Stderr))
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	}
 	return c
 }

@@ -36,9 +36,12 @@ const (
 // DefaultDataDir is used when Options.DataDir is empty.
 const DefaultDataDir = "/var/lib/berth"
 
-// ImageBuildHint tells how to get the only image this machine can have:
-// there is no registry, and berth never pulls.
-const ImageBuildHint = "build it with scripts/image/build-busybox.sh (berth never pulls images)"
+// ImageBuildScript builds the only image this machine can have
+// (localhost/busybox:latest): there is no registry, and berth never pulls.
+const ImageBuildScript = "scripts/image/build-busybox.sh"
+
+// imageBuildHint says so in a task's error.
+const imageBuildHint = "build it with " + ImageBuildScript + " (berth never pulls images)"
 
 // Options configure a Driver.
 type Options struct {
@@ -236,7 +239,7 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	}
 	if errors.Is(err, ErrImageNotFound) {
 		return nil, fmt.Errorf("podman: task %q of alloc %s: image %q is not in local storage; %s: %w",
-			t.TaskName, t.AllocID, tc.Image, ImageBuildHint, err)
+			t.TaskName, t.AllocID, tc.Image, imageBuildHint, err)
 	}
 	if err != nil {
 		var apiErr *APIError
