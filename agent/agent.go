@@ -25,6 +25,7 @@ import (
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
@@ -187,7 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.m = attach.New(attach.Options{
 		Netns:    netns.NewManager(cfg.NetnsDir),
-		CNI:      cni.NewClient(cni.Options{PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Logger: a.log}),
+		CNI:      cni.NewClient(cni.Options{PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: a.log}),
 		ConfDir:  cfg.CNIConfigDir,
 		Store:    st,
 		Logger:   a.log,

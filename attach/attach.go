@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/netns"
@@ -93,7 +94,7 @@ func New(o Options) *Manager {
 		o.Netns = netns.NewManager("")
 	}
 	if o.CNI == nil {
-		o.CNI = cni.NewClient(cni.Options{})
+		o.CNI = cni.NewClient(cni.Options{Rules: hostclean.Rules{}})
 	}
 	if o.ConfDir == "" {
 		o.ConfDir = cni.DefaultConfDir

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
@@ -44,7 +45,7 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec, pluginDirs []string, to cn
 	t.Cleanup(func() { st.Close() })
 	m := attach.New(attach.Options{
 		Netns:   netns.NewManager(""),
-		CNI:     cni.NewClient(cni.Options{PluginPath: pluginDirs, Timeouts: to}),
+		CNI:     cni.NewClient(cni.Options{PluginPath: pluginDirs, Timeouts: to, Rules: hostclean.Rules{}}),
 		ConfDir: n.ConfDir,
 		Store:   st,
 		LockDir: t.TempDir(),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
@@ -150,7 +151,7 @@ func (g *Globals) PluginPath() []string {
 
 // CNIClient builds the CNI client the flags describe.
 func (g *Globals) CNIClient() *cni.Client {
-	return cni.NewClient(cni.Options{PluginPath: g.PluginPath(), CacheDir: g.CNICacheDir, Logger: g.Logger()})
+	return cni.NewClient(cni.Options{PluginPath: g.PluginPath(), CacheDir: g.CNICacheDir, Rules: hostclean.Rules{}, Logger: g.Logger()})
 }
 
 // OpenStore opens berth's store in the data dir, with an error that says

@@ -15,8 +15,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-
-	"github.com/berth/berth/hostclean"
 )
 
 // Timeouts bound each verb. A plugin that hangs is killed at the deadline;
@@ -31,20 +29,34 @@ func DefaultTimeouts() Timeouts {
 	return Timeouts{Add: 2 * time.Minute, Del: time.Minute, Check: time.Minute, Other: time.Minute}
 }
 
+// RuleRemover removes the host's firewall rules that carry an
+// attachment's marker (and the per-attachment chains they jump to). DEL
+// needs it where the plugins cannot find their own rules: see Client.Del.
+// hostclean.Rules is the host's.
+type RuleRemover interface {
+	// RemoveAttachmentRules returns what it removed.
+	RemoveAttachmentRules(ctx context.Context, network, containerID string) ([]string, error)
+}
+
 // Options configure a Client.
 type Options struct {
 	PluginPath []string
 	CacheDir   string
 	Timeouts   Timeouts
-	// Exec runs plugins; nil means libcni's default (fork/exec). Tests may
-	// fake it; fault injection wraps it.
-	Exec   invoke.Exec
+	// Exec runs and finds plugins; nil means libcni's default (fork/exec
+	// from PluginPath). Tests may fake it; fault injection wraps it.
+	Exec invoke.Exec
+	// Rules removes an attachment's marked rules when DEL leaves them;
+	// nil leaves them (for clients that never DEL on a real host).
+	Rules  RuleRemover
 	Logger *slog.Logger
 }
 
 // Client runs CNI verbs.
 type Client struct {
 	cni      *libcni.CNIConfig
+	exec     invoke.Exec
+	rules    RuleRemover
 	path     []string
 	cacheDir string
 	to       Timeouts
@@ -83,6 +95,8 @@ func NewClient(o Options) *Client {
 	return &Client{
 		log:      o.Logger,
 		cni:      libcni.NewCNIConfigWithCacheDir(o.PluginPath, o.CacheDir, withFaults(o.Exec)),
+		exec:     o.Exec,
+		rules:    o.Rules,
 		path:     o.PluginPath,
 		cacheDir: o.CacheDir,
 		to:       o.Timeouts,
@@ -184,8 +198,9 @@ func (c *Client) Check(ctx context.Context, net *Network, a *Attachment) error {
 }
 
 // Del detaches. With an empty NetNS (the namespace is gone) it also
-// removes the iptables rules marked for the attachment, which plugins
-// cannot find without the namespace. When libcni has a cached configuration for the attachment
+// removes the iptables rules marked for the attachment (Options.Rules),
+// which plugins cannot find without the namespace; and a DEL that fails is
+// retried once after removing them. When libcni has a cached configuration for the attachment
 // it is used instead of net, so that DEL undoes exactly what ADD did even
 // if the file changed since; args missing from a are taken from the cache
 // too. A nil net is allowed when the cache has the attachment.
@@ -220,7 +235,7 @@ func (c *Client) Del(ctx context.Context, net *Network, netName string, a *Attac
 		// jump to it remains that it no longer recognises (eth0 deleted or
 		// re-addressed). Remove the rules that carry this attachment's
 		// marker and try once more.
-		removed, herr := hostclean.RemoveAttachmentRules(ctx, net.Name(), a.ContainerID)
+		removed, herr := c.removeRules(ctx, net.Name(), a.ContainerID)
 		if herr == nil && len(removed) > 0 {
 			c.log.Warn("CNI DEL failed; removed the attachment's iptables rules and retried", "network", net.Name(), "id", a.ContainerID, "err", err, "removed", len(removed))
 			err = c.del(ctx, net, rt)
@@ -231,7 +246,7 @@ func (c *Client) Del(ctx context.Context, net *Network, netName string, a *Attac
 		// teardown (it cannot read eth0's addresses) and still succeeds:
 		// remove what carries this attachment's marker, so that a DEL
 		// without namespace leaves nothing either.
-		removed, herr := hostclean.RemoveAttachmentRules(ctx, net.Name(), a.ContainerID)
+		removed, herr := c.removeRules(ctx, net.Name(), a.ContainerID)
 		if herr != nil {
 			err = fmt.Errorf("remove iptables rules left by DEL without namespace: %w", herr)
 		} else if len(removed) > 0 {
@@ -241,6 +256,13 @@ func (c *Client) Del(ctx context.Context, net *Network, netName string, a *Attac
 	return c.wrap(ctx, "DEL", net, a.ContainerID, err)
 }
 
+func (c *Client) removeRules(ctx context.Context, network, id string) ([]string, error) {
+	if c.rules == nil {
+		return nil, nil
+	}
+	return c.rules.RemoveAttachmentRules(ctx, network, id)
+}
+
 // GC asks the network's plugins to release everything not in valid. libcni
 // first DELs every cached attachment of the network not in valid. valid
 // must be the complete set: an empty one releases everything.
@@ -248,13 +270,6 @@ func (c *Client) GC(ctx context.Context, net *Network, valid []types.GCAttachmen
 	ctx, cancel := withTimeout(ctx, c.to.Other)
 	defer cancel()
 	return c.wrap(ctx, "GC", net, "-", c.cni.GCNetworkList(ctx, net.List, &libcni.GCArgs{ValidAttachments: valid}))
-}
-
-// Status asks the network's plugins whether they are ready (spec 1.1.0).
-func (c *Client) Status(ctx context.Context, net *Network) error {
-	ctx, cancel := withTimeout(ctx, c.to.Other)
-	defer cancel()
-	return c.wrap(ctx, "STATUS", net, "-", c.cni.GetStatusNetworkList(ctx, net.List))
 }
 
 // CachedResult returns the cached ADD result of an attachment, or nil.
@@ -314,7 +329,7 @@ func (c *Client) PluginVersions(ctx context.Context, pluginType string) (version
 
 // FindPlugin returns the path of a plugin binary in the plugin path.
 func (c *Client) FindPlugin(pluginType string) (string, error) {
-	return invoke.FindInPath(pluginType, c.path)
+	return c.exec.FindInPath(pluginType, c.path)
 }
 
 // Result is a CNI result and what berth reports of it.

@@ -1,5 +1,5 @@
 // Package cni drives CNI plugin chains through libcni: it finds a network
-// by name, runs ADD/CHECK/DEL/GC/STATUS with a deadline on every call, and
+// by name, runs ADD/CHECK/DEL/GC with a deadline on every call, and
 // turns results into berth's status values.
 package cni
 
@@ -64,15 +64,6 @@ func (n *Network) Version() string { return n.List.CNIVersion }
 
 // Bytes is the configuration list as JSON, as plugins see it.
 func (n *Network) Bytes() []byte { return n.List.Bytes }
-
-// PluginTypes lists the chain's plugin types in order.
-func (n *Network) PluginTypes() []string {
-	out := make([]string, 0, len(n.List.Plugins))
-	for _, p := range n.List.Plugins {
-		out = append(out, p.Network.Type)
-	}
-	return out
-}
 
 // CheckSupport says whether CHECK can work, and why not.
 func (n *Network) CheckSupport() error {

@@ -40,11 +40,19 @@ func TestParseNetwork(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Name() != tc.wantName || strings.Join(n.PluginTypes(), ",") != strings.Join(tc.plugins, ",") {
-				t.Errorf("got %s %v", n.Name(), n.PluginTypes())
+			if n.Name() != tc.wantName || strings.Join(pluginTypes(n), ",") != strings.Join(tc.plugins, ",") {
+				t.Errorf("got %s %v", n.Name(), pluginTypes(n))
 			}
 		})
 	}
+}
+
+func pluginTypes(n *Network) []string {
+	out := make([]string, 0, len(n.List.Plugins))
+	for _, p := range n.List.Plugins {
+		out = append(out, p.Network.Type)
+	}
+	return out
 }
 
 func TestLoadNetwork(t *testing.T) {

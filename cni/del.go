@@ -11,9 +11,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 
 	"github.com/berth/berth/internal/hostlocal"
+	"github.com/berth/berth/netns"
 )
 
 // del runs DEL for the whole chain. The plain libcni path needs the cached
@@ -104,33 +104,27 @@ func (c *Client) rebuildResult(net *Network, rt *libcni.RuntimeConf) types.Resul
 }
 
 // linkAddrs reads the global addresses of ifname inside the namespace at
-// path. The namespace handle is closed before returning.
-func linkAddrs(path, ifname string) ([]*net.IPNet, string, error) {
-	h, err := vnetns.GetFromPath(path)
-	if err != nil {
-		return nil, "", err
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return nil, "", err
-	}
-	defer nl.Close()
-	link, err := nl.LinkByName(ifname)
-	if err != nil {
-		return nil, "", err
-	}
-	addrs, err := nl.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []*net.IPNet
-	for _, a := range addrs {
-		if a.IP.IsGlobalUnicast() {
-			out = append(out, a.IPNet)
+// path. netlink's package functions open a socket per request on the
+// calling thread, hence in the namespace.
+func linkAddrs(path, ifname string) (out []*net.IPNet, mac string, err error) {
+	err = netns.WithPath(path, func() error {
+		link, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
 		}
-	}
-	return out, link.Attrs().HardwareAddr.String(), nil
+		addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if a.IP.IsGlobalUnicast() {
+				out = append(out, a.IPNet)
+			}
+		}
+		mac = link.Attrs().HardwareAddr.String()
+		return nil
+	})
+	return out, mac, err
 }
 
 // leasedAddrs finds host-local leases of the container in the network's

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver/podman"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
 )
@@ -454,7 +456,7 @@ func servePing(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/_ping" {
+		if strings.HasSuffix(r.URL.Path, "/_ping") {
 			fmt.Fprint(w, "OK")
 			return
 		}
@@ -522,7 +524,7 @@ func TestCheckPodman(t *testing.T) {
 			r := base(good)
 			r["podman image exists "+DefaultImage] = exit(1, "")
 			return r
-		}(), noSystemd, nil, []want{{"podman/image", StatusWarn, ImageFix}}},
+		}(), noSystemd, nil, []want{{"podman/image", StatusWarn, podman.ImageBuildScript}}},
 		{"no podman", fakeRunner{}, noSystemd, nil, []want{
 			{"podman/binary", StatusWarn, "apt-get install podman"},
 			{"podman/socket", StatusSkip, ""},
@@ -758,7 +760,7 @@ func cleanOptions(t *testing.T) Options {
 	return Options{
 		NetnsDir: netnsDir,
 		ConfDir:  conf,
-		CNI:      cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache}),
+		CNI:      cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache, Rules: hostclean.Rules{}}),
 		DataDir:  data,
 		Podman:   PodmanOptions{Sockets: []string{filepath.Join(t.TempDir(), "none.sock")}},
 		Leaks:    BasicLeakFinder(BasicLeakOptions{NetnsDir: netnsDir, DataDir: data, ConfDir: conf, HostLocalDir: t.TempDir(), CNICacheDir: cache}),
@@ -797,7 +799,7 @@ func TestRunFindsPlantedProblems(t *testing.T) {
 	missing := prefix + "-missing-" + suffix
 	plugins := t.TempDir()
 	oldPlugin(t, plugins, prefix+"-old-"+suffix)
-	o.CNI = cni.NewClient(cni.Options{PluginPath: []string{plugins, testenv.ReferencePlugins}, CacheDir: t.TempDir()})
+	o.CNI = cni.NewClient(cni.Options{PluginPath: []string{plugins, testenv.ReferencePlugins}, CacheDir: t.TempDir(), Rules: hostclean.Rules{}})
 	writeFile(t, filepath.Join(o.ConfDir, "20-missing.conflist"), conflist("missing", "1.1.0", bridgePlugin(), map[string]any{"type": missing}), 0o644)
 	writeFile(t, filepath.Join(o.ConfDir, "30-future.conflist"), conflist("future", "9.9.9", bridgePlugin()), 0o644)
 	writeFile(t, filepath.Join(o.ConfDir, "40-old.conflist"), conflist("old", "1.0.0", map[string]any{"type": prefix + "-old-" + suffix}), 0o644)

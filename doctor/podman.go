@@ -5,22 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
+
+	"github.com/berth/berth/driver/podman"
 )
 
 // DefaultImage is the only image berth's podman driver can use here: there
 // is no registry, it is built locally.
 const DefaultImage = "localhost/busybox:latest"
-
-// ImageFix tells how to build DefaultImage.
-const ImageFix = "scripts/image/build-busybox.sh"
 
 // PodmanOptions configure the podman checks.
 type PodmanOptions struct {
@@ -117,46 +112,15 @@ func checkPodmanSocket(ctx context.Context, sockets []string) Check {
 	c := Check{Name: "podman/socket", Status: StatusOK}
 	var tried []string
 	for _, s := range sockets {
-		err := pingPodman(ctx, s)
+		err := podman.Ping(ctx, s)
 		if err == nil {
 			c.Message = fmt.Sprintf("a podman service answers on %s; berth's driver uses it when configured with that socket", s)
 			return c
 		}
-		tried = append(tried, fmt.Sprintf("%s (%v)", s, err))
+		tried = append(tried, err.Error())
 	}
 	c.Message = "no podman service answers (" + strings.Join(tried, "; ") + "); berth's podman driver starts its own when it needs one"
 	return c
-}
-
-// pingPodman asks the libpod API on socket for /_ping.
-func pingPodman(ctx context.Context, socket string) error {
-	if _, err := os.Stat(socket); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return errors.New("no socket")
-		}
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://d/_ping", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return fmt.Errorf("ping %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping %s: HTTP %d", socket, resp.StatusCode)
-	}
-	return nil
 }
 
 func systemdIsPID1(procDir string) bool {
@@ -227,17 +191,17 @@ func checkPodmanImage(ctx context.Context, o PodmanOptions, berthConf string) Ch
 	switch {
 	case err != nil:
 		c.Status, c.Message = StatusWarn, fmt.Sprintf("podman image exists %s: %v", o.Image, err)
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	case res.ExitCode == 0:
 		c.Status, c.Message = StatusOK, fmt.Sprintf("image %s present", o.Image)
 	case res.ExitCode == 1:
 		c.Status = StatusWarn
 		c.Message = fmt.Sprintf("image %s is missing: podman tasks using it fail (berth never pulls; no registry is reachable)", o.Image)
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	default:
 		c.Status = StatusWarn
 		c.Message = fmt.Sprintf("podman image exists %s exited with %d: %s", o.Image, res.ExitCode, firstLine(res.Stderr))
-		c.Fix = ImageFix
+		c.Fix = podman.ImageBuildScript
 	}
 	return c
 }

@@ -205,7 +205,7 @@ func TestForeign(t *testing.T) {
 		st, err := store.Open(ctx, t.TempDir(), store.Options{})
 		testenv.Must(t, err)
 		t.Cleanup(func() { st.Close() })
-		m := attach.New(attach.Options{CNI: cni.NewClient(cni.Options{CacheDir: t.TempDir()}), ConfDir: t.TempDir(), Store: st, LockDir: t.TempDir()})
+		m := attach.New(attach.Options{CNI: cni.NewClient(cni.Options{CacheDir: t.TempDir(), Rules: hostclean.Rules{}}), ConfDir: t.TempDir(), Store: st, LockDir: t.TempDir()})
 		o := gc.Options{Attach: m, Store: st, LockDir: t.TempDir()}
 		exists := func() bool { _, err := os.Stat("/run/netns/" + name); return err == nil }
 
@@ -334,7 +334,7 @@ func BenchmarkRunNothingToDo(b *testing.B) {
 	st, err := store.Open(ctx, b.TempDir(), store.Options{})
 	testenv.Must(b, err)
 	defer st.Close()
-	m := attach.New(attach.Options{CNI: cni.NewClient(cni.Options{CacheDir: b.TempDir()}), ConfDir: n.ConfDir, Store: st, LockDir: b.TempDir()})
+	m := attach.New(attach.Options{CNI: cni.NewClient(cni.Options{CacheDir: b.TempDir(), Rules: hostclean.Rules{}}), ConfDir: n.ConfDir, Store: st, LockDir: b.TempDir()})
 	o := gc.Options{Attach: m, Store: st, LockDir: b.TempDir()}
 	b.Run("Run", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {

@@ -116,7 +116,7 @@ func subnetPrefix(subnet string) string {
 }
 
 func (e *env) cniClient() *cni.Client {
-	return cni.NewClient(cni.Options{PluginPath: e.plugins, CacheDir: e.cacheDir})
+	return cni.NewClient(cni.Options{PluginPath: e.plugins, CacheDir: e.cacheDir, Rules: hostclean.Rules{}})
 }
 
 func (e *env) manager(st attach.Store, ownerPID int, ownerStart uint64) *attach.Manager {

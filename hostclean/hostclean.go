@@ -366,6 +366,15 @@ func RemoveAttachmentRules(ctx context.Context, network, id string) ([]string, e
 	})
 }
 
+// Rules removes berth-marked rules from the host's iptables: the
+// cni.RuleRemover that CNI DEL uses for what the plugins leave.
+type Rules struct{}
+
+// RemoveAttachmentRules is the function of the same name.
+func (Rules) RemoveAttachmentRules(ctx context.Context, network, id string) ([]string, error) {
+	return RemoveAttachmentRules(ctx, network, id)
+}
+
 // RemoveRulesMatching deletes every CNI rule for which match is true, and
 // the non-shared CNI-* chains they jump to once those are empty.
 func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]string, error) {

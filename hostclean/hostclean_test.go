@@ -8,7 +8,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/berth/berth/cni"
 )
+
+// Rules is what CNI DEL is given on a real host.
+var _ cni.RuleRemover = Rules{}
 
 func TestSplitRule(t *testing.T) {
 	cases := []struct {

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -36,8 +35,6 @@ var (
 	ErrInvalidName = errors.New("invalid network namespace name")
 	// ErrExists is returned by Create when the name is taken.
 	ErrExists = errors.New("network namespace already exists")
-	// ErrNotExist is returned when there is no namespace of that name.
-	ErrNotExist = errors.New("network namespace does not exist")
 )
 
 // ValidateName accepts names made of letters, digits, '-', '_' and '.',
@@ -136,7 +133,7 @@ func (m *Manager) Create(ctx context.Context, name string) (string, error) {
 
 // pin unshares a new network namespace and bind-mounts it onto path.
 func pin(path string) error {
-	return inNewNetns(func(self string) error {
+	return withNew(func(self string) error {
 		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind mount %s: %w", self, err)
 		}
@@ -147,42 +144,7 @@ func pin(path string) error {
 // Probe checks that this process can create network namespaces: it
 // unshares one and returns, leaving nothing (for `berth doctor`).
 func Probe() error {
-	return inNewNetns(func(string) error { return nil })
-}
-
-// inNewNetns runs fn on a locked OS thread that has unshared a new network
-// namespace (fn gets the thread's /proc path of it), then moves the thread
-// back to its original namespace. If moving back fails the goroutine exits
-// still locked, so the runtime discards the thread instead of reusing it
-// in the wrong namespace. (Simply exiting locked is not enough: on the
-// main thread the runtime wedges the thread instead, and the whole process
-// would then appear to live in the new namespace and keep it alive.)
-func inNewNetns(fn func(self string) error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns %s: %w", self, err)
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
-			return
-		}
-		ferr := fn(self)
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("return to the original netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return withNew(func(string) error { return nil })
 }
 
 // prepareDir makes the namespace directory a shared mount point, as
@@ -258,22 +220,14 @@ type RemoveReport struct {
 	Existed bool
 }
 
-// Remove unpins and deletes the namespace called name. It is idempotent:
-// removing a namespace that is not there succeeds.
+// RemovePath unpins and deletes the namespace pinned at path. It is
+// idempotent: removing a namespace that is not there succeeds.
 //
 // It first tries a plain unmount: success proves nobody holds the mount.
 // When that is refused with EBUSY, the holders are collected for the
 // report (so an operator learns who it was) and the mount is detached
 // instead, which cannot be refused. The file is then unlinked, which also
 // drops copies of the mount in other mount namespaces.
-func (m *Manager) Remove(ctx context.Context, name string) (*RemoveReport, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, err
-	}
-	return RemovePath(ctx, m.Path(name))
-}
-
-// RemovePath is Remove for a full path.
 func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 	start := time.Now()
 	rep := &RemoveReport{Path: path}

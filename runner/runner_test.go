@@ -19,6 +19,7 @@ import (
 	"github.com/berth/berth/driver"
 	execdrv "github.com/berth/berth/driver/exec"
 	"github.com/berth/berth/driver/podman"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/netns"
@@ -52,7 +53,7 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 	t.Cleanup(func() { st.Close() })
 	m := attach.New(attach.Options{
 		Netns:   netns.NewManager(""),
-		CNI:     cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}}),
+		CNI:     cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, Rules: hostclean.Rules{}}),
 		ConfDir: n.ConfDir, Store: st, LockDir: t.TempDir(),
 	})
 	drivers := runner.NewDrivers(map[string]runner.DriverFactory{

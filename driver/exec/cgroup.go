@@ -134,10 +134,7 @@ func createCgroups(ctx context.Context, h hierarchies, rel string) (*cgroupSet, 
 }
 
 func cleanupPartial(ctx context.Context, set *cgroupSet, err error) (*cgroupSet, error) {
-	if rmErr := set.remove(context.WithoutCancel(ctx)); rmErr != nil {
-		err = errors.Join(err, rmErr)
-	}
-	return nil, err
+	return nil, undo(ctx, err, set.remove)
 }
 
 // enableControllers delegates memory, pids and cpu down to parentRel on a

@@ -13,7 +13,8 @@ import (
 var ErrInvalidConfig = errors.New("invalid task config")
 
 // ConfigError is one problem in a task's config block; Field is the
-// offending key ("command", "args[2]"), empty for unknown keys.
+// offending key ("command", "args[2]"), empty for unknown keys. Driver
+// prefixes the message unless empty (Start's errors name it already).
 type ConfigError struct {
 	Driver string
 	Field  string
@@ -21,10 +22,14 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
+	msg := "config." + e.Field + " " + e.Msg
 	if e.Field == "" {
-		return e.Driver + ": config " + e.Msg
+		msg = "config " + e.Msg
 	}
-	return e.Driver + ": config." + e.Field + " " + e.Msg
+	if e.Driver == "" {
+		return msg
+	}
+	return e.Driver + ": " + msg
 }
 
 // Is makes errors.Is(err, ErrInvalidConfig) true.
@@ -125,14 +130,14 @@ func buildEnv(env map[string]string) []string {
 
 // lookPath resolves command the way the task would see it: against the
 // task's PATH, not berth's.
-func lookPath(driverName, command, pathEnv, workDir string) (string, error) {
+func lookPath(command, pathEnv, workDir string) (string, error) {
 	if strings.Contains(command, "/") {
 		p := command
 		if !filepath.IsAbs(p) && workDir != "" {
 			p = filepath.Join(workDir, p)
 		}
 		if err := checkExecutable(p); err != nil {
-			return "", fmt.Errorf("%s: config.command %q: %w", driverName, command, err)
+			return "", fmt.Errorf("config.command %q: %w", command, err)
 		}
 		return p, nil
 	}
@@ -146,7 +151,7 @@ func lookPath(driverName, command, pathEnv, workDir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: config.command %q not found in task PATH %q: %w", driverName, command, pathEnv, os.ErrNotExist)
+	return "", fmt.Errorf("config.command %q not found in task PATH %q: %w", command, pathEnv, os.ErrNotExist)
 }
 
 func checkExecutable(p string) error {

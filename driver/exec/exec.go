@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 	"golang.org/x/sys/unix"
 )
@@ -107,43 +109,41 @@ func cgroupName(allocID, task string) string {
 	return unsafeCgroupChars.ReplaceAllString(allocID+"-"+task, "_")
 }
 
+// undoTimeout bounds the undo of a failed Start: killing what it started
+// and removing its cgroup, even when the caller's context has ended.
+const undoTimeout = time.Minute
+
 // Start starts the task and returns once the process runs (or failed to
 // exec). On error nothing is left: no process, no cgroup, no open fd.
+// Every error reads "<driver>: start task <alloc>/<task>: <what failed>".
 func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
 	if t == nil || t.TaskName == "" {
-		return nil, fmt.Errorf("%s: start: task has no name", d.name)
+		return nil, fmt.Errorf("%s: start task: the task has no name", d.name)
 	}
 	id := t.AllocID + "/" + t.TaskName
-	tc, err := parseConfig(d.name, t.Config)
+	h, err := d.start(ctx, id, t)
 	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", id, err)
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: start task %s: %w", d.name, id, err)
 	}
-	env := buildEnv(t.Env)
-	pathEnv := defaultPath
-	if p, ok := t.Env["PATH"]; ok {
-		pathEnv = p
-	}
-	if tc.WorkDir != "" {
-		// Checked here because a failed chdir in the child is reported by
-		// os/exec as an error on the binary's path.
-		if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
-			if err == nil {
-				err = fmt.Errorf("not a directory")
-			}
-			return nil, fmt.Errorf("task %s: %s: config.work_dir %q: %w", id, d.name, tc.WorkDir, err)
-		}
-	}
-	bin, err := lookPath(d.name, tc.Command, pathEnv, tc.WorkDir)
+	d.log.Debug("task started", "task", id, "pid", h.pid, "netns", t.NetnsPath, "cgroup", h.cgroupPath())
+	return h, nil
+}
+
+// start runs Start's steps. Each thing acquired (log files, cgroup,
+// process) has its undo deferred right after it, so a later failure, or
+// the caller's cancellation, leaves nothing.
+func (d *Driver) start(ctx context.Context, id string, t *driver.Task) (_ *handle, err error) {
+	l, err := prepare(t)
 	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", id, err)
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 
 	stdout, stderr, err := openLogs(t.LogDir, t.TaskName)
 	if err != nil {
-		return nil, fmt.Errorf("%s: task %s: %w", d.name, id, err)
+		return nil, err
 	}
 	// The child gets its own copies of the log fds; ours must not outlive
 	// Start, success or not.
@@ -153,13 +153,87 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	if d.useCgroups {
 		cg = d.makeCgroup(ctx, id, cgroupName(t.AllocID, t.TaskName))
 	}
+	if cg != nil {
+		defer func() {
+			if err != nil {
+				err = undo(ctx, err, cg.remove)
+			}
+		}()
+	}
 
-	newCmd := func(cgroupFD int) *osexec.Cmd {
+	cmd, inUnified, err := d.spawn(t.NetnsPath, cg, l.command(stdout, stderr))
+	if err != nil {
+		return nil, fmt.Errorf("command %s: %w", l.bin, err)
+	}
+	h, err := d.track(id, cmd, cg, inUnified)
+	defer func() {
+		if err != nil {
+			err = undo(ctx, err, h.Destroy)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// undo runs fn for a failed Start, bounded by undoTimeout even when ctx has
+// ended, and adds its error to err.
+func undo(ctx context.Context, err error, fn func(context.Context) error) error {
+	cctx, cancel := cleanup.Context(ctx, undoTimeout)
+	defer cancel()
+	if uerr := fn(cctx); uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	return err
+}
+
+// launch is a task's config resolved against its environment.
+type launch struct {
+	bin  string
+	args []string
+	env  []string
+	dir  string
+}
+
+// prepare decodes the task's config and resolves the binary as the task
+// will see it: with its PATH, relative to its work_dir.
+func prepare(t *driver.Task) (*launch, error) {
+	tc, err := parseConfig("", t.Config)
+	if err != nil {
+		return nil, err
+	}
+	pathEnv := defaultPath
+	if p, ok := t.Env["PATH"]; ok {
+		pathEnv = p
+	}
+	if tc.WorkDir != "" {
+		// Checked here because a failed chdir in the child is reported by
+		// os/exec as an error on the binary's path.
+		if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return nil, fmt.Errorf("config.work_dir %q: %w", tc.WorkDir, err)
+		}
+	}
+	bin, err := lookPath(tc.Command, pathEnv, tc.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	return &launch{bin: bin, args: append([]string{tc.Command}, tc.Args...), env: buildEnv(t.Env), dir: tc.WorkDir}, nil
+}
+
+// command returns a maker of the task's command writing to the given log
+// files (/dev/null when nil), started directly in the cgroup2 cgroup open
+// as cgroupFD when that is not -1.
+func (l *launch) command(stdout, stderr *os.File) func(cgroupFD int) *osexec.Cmd {
+	return func(cgroupFD int) *osexec.Cmd {
 		c := &osexec.Cmd{
-			Path: bin,
-			Args: append([]string{tc.Command}, tc.Args...),
-			Env:  env,
-			Dir:  tc.WorkDir,
+			Path: l.bin,
+			Args: l.args,
+			Env:  l.env,
+			Dir:  l.dir,
 			// Setpgid: the task and whatever it forks can be signalled as
 			// one group, without touching berth.
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
@@ -173,51 +247,12 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 		}
 		return c
 	}
-
-	cmd, inUnified, err := d.start(t.NetnsPath, cg, newCmd)
-	if err != nil {
-		if cg != nil {
-			if rmErr := cg.remove(context.WithoutCancel(ctx)); rmErr != nil {
-				err = errors.Join(err, rmErr)
-			}
-		}
-		return nil, fmt.Errorf("%s: start task %s (%s): %w", d.name, id, bin, err)
-	}
-	startedAt := time.Now()
-	pid := cmd.Process.Pid
-
-	h := &handle{
-		drv:       d,
-		id:        id,
-		cmd:       cmd,
-		pid:       pid,
-		startedAt: startedAt,
-		cg:        cg,
-		done:      make(chan struct{}),
-	}
-	// The child is unreaped, so its PID cannot be reused: reading its
-	// start time now is race free.
-	h.startTime, err = proc.StartTime(pid)
-	if err == nil && cg != nil {
-		// v1 hierarchies cannot be joined at clone time; the window lets
-		// a very fast fork escape them, but not the cgroup2 one.
-		if jErr := cg.join(pid, inUnified); jErr != nil {
-			d.log.Warn("task not in all of its cgroups", "task", id, "pid", pid, "err", jErr)
-		}
-	}
-	go h.reap()
-	if err != nil {
-		dErr := h.Destroy(context.WithoutCancel(ctx))
-		return nil, errors.Join(fmt.Errorf("%s: task %s: pid %d: %w", d.name, id, pid, err), dErr)
-	}
-	d.log.Debug("task started", "task", id, "pid", pid, "netns", t.NetnsPath, "cgroup", h.cgroupPath())
-	return h, nil
 }
 
-// start runs cmd in netnsPath, directly in the cgroup2 cgroup of cg when
-// the kernel allows (so nothing it forks can escape it). inUnified reports
-// whether that happened.
-func (d *Driver) start(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int) *osexec.Cmd) (cmd *osexec.Cmd, inUnified bool, err error) {
+// spawn starts the command in netnsPath, directly in the cgroup2 cgroup of
+// cg when the kernel allows (so nothing it forks can escape it). inUnified
+// reports whether that happened.
+func (d *Driver) spawn(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int) *osexec.Cmd) (cmd *osexec.Cmd, inUnified bool, err error) {
 	fd, err := cg.openUnified()
 	if err != nil {
 		d.log.Warn("cannot open task cgroup, starting outside it", "err", err)
@@ -229,8 +264,9 @@ func (d *Driver) start(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int
 		switch {
 		case err == nil:
 			return cmd, true, nil
-		case errors.Is(err, errNetnsRestore):
-			return nil, false, abandon(cmd, err)
+		case errors.Is(err, netns.ErrRestore):
+			// Already abandoned; a second start must not follow.
+			return nil, false, err
 		case !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) &&
 			!errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EPERM):
 			return nil, false, err
@@ -240,22 +276,66 @@ func (d *Driver) start(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int
 	}
 	cmd = newCmd(-1)
 	if err := startInNetns(netnsPath, cmd); err != nil {
-		if errors.Is(err, errNetnsRestore) {
-			return nil, false, abandon(cmd, err)
-		}
 		return nil, false, err
 	}
 	return cmd, false, nil
 }
 
-// abandon kills and reaps a child started on a thread that could not be
-// restored: such a start is treated as failed.
-func abandon(cmd *osexec.Cmd, err error) error {
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+// startInNetns starts cmd inside the network namespace pinned at netnsPath
+// (the host's when empty). fork inherits the namespace of the calling
+// thread, so starting from a thread moved into the namespace is enough: no
+// helper binary, no re-exec.
+func startInNetns(netnsPath string, cmd *osexec.Cmd) error {
+	if netnsPath == "" {
+		return cmd.Start()
+	}
+	err := netns.WithPath(netnsPath, cmd.Start)
+	if errors.Is(err, netns.ErrRestore) {
+		// The child did start in the right namespace, but from a thread
+		// berth can no longer vouch for: such a start counts as failed.
+		return abandon(cmd, err)
 	}
 	return err
+}
+
+// abandon kills and reaps a child whose start is treated as failed.
+func abandon(cmd *osexec.Cmd, err error) error {
+	if cmd.Process == nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	return fmt.Errorf("killed pid %d: %w", pid, err)
+}
+
+// track makes the handle of a started command and starts reaping it. The
+// handle is returned even with an error: its Destroy undoes the start.
+func (d *Driver) track(id string, cmd *osexec.Cmd, cg *cgroupSet, inUnified bool) (*handle, error) {
+	h := &handle{
+		drv:       d,
+		id:        id,
+		cmd:       cmd,
+		pid:       cmd.Process.Pid,
+		startedAt: time.Now(),
+		cg:        cg,
+		done:      make(chan struct{}),
+	}
+	// The child is unreaped, so its PID cannot be reused: reading its
+	// start time now, before reaping starts, is race free.
+	var err error
+	h.startTime, err = proc.StartTime(h.pid)
+	if err != nil {
+		err = fmt.Errorf("pid %d: %w", h.pid, err)
+	} else if cg != nil {
+		// v1 hierarchies cannot be joined at clone time; the window lets
+		// a very fast fork escape them, but not the cgroup2 one.
+		if jErr := cg.join(h.pid, inUnified); jErr != nil {
+			d.log.Warn("task not in all of its cgroups", "task", id, "pid", h.pid, "err", jErr)
+		}
+	}
+	go h.reap()
+	return h, err
 }
 
 func (d *Driver) makeCgroup(ctx context.Context, id, name string) *cgroupSet {

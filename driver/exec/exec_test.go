@@ -238,7 +238,7 @@ func TestLookPath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := lookPath("exec", tc.cmd, tc.path, tc.workDir)
+			got, err := lookPath(tc.cmd, tc.path, tc.workDir)
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("lookPath = %q, want error", got)

@@ -35,9 +35,12 @@ const (
 // DefaultDataDir is used when Options.DataDir is empty.
 const DefaultDataDir = "/var/lib/berth"
 
-// ImageBuildHint tells how to get the only image this machine can have:
-// there is no registry, and berth never pulls.
-const ImageBuildHint = "build it with scripts/image/build-busybox.sh (berth never pulls images)"
+// ImageBuildScript builds the only image this machine can have
+// (localhost/busybox:latest): there is no registry, and berth never pulls.
+const ImageBuildScript = "scripts/image/build-busybox.sh"
+
+// imageBuildHint says so in a task's error.
+const imageBuildHint = "build it with " + ImageBuildScript + " (berth never pulls images)"
 
 // Options configure a Driver.
 type Options struct {
@@ -128,17 +131,25 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return Name }
 
-// Socket is the podman service's socket the driver talks to.
-func (d *Driver) Socket() string { return d.socket }
+// pingTimeout is how long a service has to answer a ping before it is
+// taken as absent.
+const pingTimeout = 2 * time.Second
 
-// OwnsService reports whether the service is berth's (Close stops it if no
-// other berth process uses it).
-func (d *Driver) OwnsService() bool { return d.svc != nil }
-
-// Ping checks that the podman service answers.
-func (d *Driver) Ping(ctx context.Context) error {
-	if err := d.c.ping(ctx); err != nil {
-		return fmt.Errorf("podman: ping %s: %w", d.socket, err)
+// Ping checks that a podman service answers on socket. The driver asks it
+// before starting a service of its own, `berth doctor` to report one.
+func Ping(ctx context.Context, socket string) error {
+	if _, err := os.Stat(socket); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("podman: socket %s: %w", socket, os.ErrNotExist)
+		}
+		return fmt.Errorf("podman: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	c := newClient(socket)
+	defer c.close()
+	if err := c.ping(ctx); err != nil {
+		return fmt.Errorf("podman: ping: %w", err)
 	}
 	return nil
 }
@@ -213,7 +224,7 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	}
 	if errors.Is(err, ErrImageNotFound) {
 		return nil, fmt.Errorf("podman: task %q of alloc %s: image %q is not in local storage; %s: %w",
-			t.TaskName, t.AllocID, tc.Image, ImageBuildHint, err)
+			t.TaskName, t.AllocID, tc.Image, imageBuildHint, err)
 	}
 	if err != nil {
 		var apiErr *APIError

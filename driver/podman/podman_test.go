@@ -525,7 +525,7 @@ func TestServiceLifecycle(t *testing.T) {
 	requirePodman(t)
 	ctx := context.Background()
 	d1 := newDriver(t, t.TempDir())
-	if !d1.OwnsService() {
+	if d1.svc == nil {
 		t.Fatal("driver did not start its own service")
 	}
 	pid := d1.svc.own.cmd.Process.Pid
@@ -540,17 +540,17 @@ func TestServiceLifecycle(t *testing.T) {
 		t.Errorf("service %d does not run with CONTAINERS_CONF=%s", pid, d1.confPath)
 	}
 
-	d2, err := New(ctx, Options{Socket: d1.Socket(), DataDir: t.TempDir(), Logger: testLogger(t)})
+	d2, err := New(ctx, Options{Socket: d1.socket, DataDir: t.TempDir(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d2.OwnsService() {
+	if d2.svc != nil {
 		t.Error("driver took ownership of a service that answered")
 	}
 	if err := d2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := d1.Ping(ctx); err != nil {
+	if err := Ping(ctx, d1.socket); err != nil {
 		t.Fatalf("service gone after Close of a driver that did not own it: %v", err)
 	}
 
@@ -560,8 +560,8 @@ func TestServiceLifecycle(t *testing.T) {
 	if !processGone(pid) {
 		t.Errorf("service PID %d still exists after Close", pid)
 	}
-	if _, err := os.Stat(d1.Socket()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("socket %s left after Close (%v)", d1.Socket(), err)
+	if _, err := os.Stat(d1.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket %s left after Close (%v)", d1.socket, err)
 	}
 	if err := d1.Close(ctx); err != nil {
 		t.Errorf("second Close: %v", err)
@@ -587,7 +587,7 @@ func TestServiceSharedByOneDataDir(t *testing.T) {
 	if err := d1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.Ping(ctx); err != nil {
+	if err := Ping(ctx, d2.socket); err != nil {
 		t.Fatalf("service stopped while another driver used it: %v", err)
 	}
 	if err := d2.Close(ctx); err != nil {
@@ -645,10 +645,10 @@ func TestStaleServiceReaped(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("stale service still runs")
 	}
-	if !d.OwnsService() || d.svc.own == nil || d.svc.own.cmd.Process.Pid == stale.Process.Pid {
+	if d.svc == nil || d.svc.own == nil || d.svc.own.cmd.Process.Pid == stale.Process.Pid {
 		t.Fatal("driver adopted the stale service instead of starting its own")
 	}
-	if err := d.Ping(context.Background()); err != nil {
+	if err := Ping(context.Background(), d.socket); err != nil {
 		t.Fatal(err)
 	}
 }

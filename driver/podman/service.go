@@ -279,13 +279,7 @@ func liveService(pidFile, socket string) int {
 	return pid
 }
 
-func pingOK(ctx context.Context, socket string) bool {
-	c := newClient(socket)
-	defer c.close()
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return c.ping(pctx) == nil
-}
+func pingOK(ctx context.Context, socket string) bool { return Ping(ctx, socket) == nil }
 
 // reapStaleService stops a service a previous berth started on the same
 // socket and did not stop because it died. Only a process whose command

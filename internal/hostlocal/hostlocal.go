@@ -105,7 +105,7 @@ func ReadDir(dir string) ([]Lease, error) {
 		if de.IsDir() {
 			continue
 		}
-		ip := ParseName(de.Name())
+		ip := parseName(de.Name())
 		if ip == nil {
 			continue
 		}
@@ -119,8 +119,8 @@ func ReadDir(dir string) ([]Lease, error) {
 	return out, nil
 }
 
-// ParseName is the address a lease file is named by, or nil.
-func ParseName(name string) net.IP {
+// parseName is the address a lease file is named by, or nil.
+func parseName(name string) net.IP {
 	// host-local writes IPv6 addresses with ':'; some tools escape it as '_'.
 	return net.ParseIP(strings.ReplaceAll(name, "_", ":"))
 }

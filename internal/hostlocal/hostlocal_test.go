@@ -19,7 +19,7 @@ func TestFromPlugins(t *testing.T) {
 	if len(c.Subnets) != 3 {
 		t.Errorf("subnets %v", c.Subnets)
 	}
-	if n, ok := c.Contains(ParseName("10.199.9.7")); !ok || n.String() != "10.199.9.0/24" {
+	if n, ok := c.Contains(parseName("10.199.9.7")); !ok || n.String() != "10.199.9.0/24" {
 		t.Errorf("Contains: %v %v", n, ok)
 	}
 }

@@ -42,8 +42,9 @@ func (k *Mutex) Lock(key string) (unlock func()) {
 	}
 }
 
-// Len is how many keys are held or waited for (for tests).
-func (k *Mutex) Len() int {
+// size is how many keys are held or waited for: none once every Lock is
+// unlocked (the map must not grow with keys seen).
+func (k *Mutex) size() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.m)

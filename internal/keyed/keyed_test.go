@@ -25,8 +25,8 @@ func TestSerialisesPerKey(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if k.Len() != 0 {
-		t.Errorf("%d entries left", k.Len())
+	if k.size() != 0 {
+		t.Errorf("%d entries left", k.size())
 	}
 }
 

@@ -131,40 +131,6 @@ func Alive(pid int, startTime uint64) bool {
 	return err == nil && !st.Zombie() && st.StartTime == startTime
 }
 
-// Comm returns the process name (/proc/<pid>/comm, at most 15 bytes).
-func Comm(pid int) (string, error) {
-	b, err := readProcFile(pid, "comm")
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(string(b), "\n"), nil
-}
-
-// Cmdline returns the command line with arguments joined by spaces; it is
-// empty for kernel threads and zombies.
-func Cmdline(pid int) (string, error) {
-	b, err := readProcFile(pid, "cmdline")
-	if err != nil {
-		return "", err
-	}
-	b = bytes.TrimRight(b, "\x00")
-	return string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), nil
-}
-
-func readProcFile(pid int, name string) ([]byte, error) {
-	if pid <= 0 {
-		return nil, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
-	}
-	b, err := os.ReadFile(procPath(pid, name))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return nil, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
-		}
-		return nil, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	return b, nil
-}
-
 // KillIfSame sends sig to pid only if it is still the process that started
 // at startTime. It returns an error wrapping ErrNotFound if there is no such
 // PID, or ErrReused if the PID now names another process or a zombie.
