@@ -8,7 +8,10 @@
 #     /opt/berth/cni/bin (Debian's 1.1.1 portmap fails CHECK on every healthy
 #     attachment with port mappings: containernetworking/plugins#819);
 #   - example network configurations into /etc/cni/net.d;
-#   - the local image localhost/busybox:latest (no registry is reachable).
+#   - the local image localhost/busybox:latest (no registry is reachable);
+#   - berth itself, built from this checkout (scripts/install.sh): the
+#     binary in /usr/local/bin, bash and zsh completions, the systemd unit
+#     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
 set -euo pipefail
 
 CNI_VERSION=v1.10.0
@@ -26,14 +29,20 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # 1. Debian packages.
-pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata)
+pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata bash-completion)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+updated=
+apt_update() {
+	[ -n "$updated" ] || apt-get update -q >&2
+	updated=1
+}
 missing=()
 for p in "${pkgs[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing Debian packages: ${missing[*]}"
-	apt-get update -q >&2
+	apt_update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
 fi
 
@@ -68,5 +77,8 @@ done
 if [ -x "$root/scripts/image/build-busybox.sh" ]; then
 	"$root/scripts/image/build-busybox.sh" >&2
 fi
+
+# 5. berth itself.
+bash "$here/install.sh"
 
 log "ok"
