@@ -9,6 +9,9 @@
 #     attachment with port mappings: containernetworking/plugins#819);
 #   - example network configurations into /etc/cni/net.d;
 #   - the local image localhost/busybox:latest (no registry is reachable);
+#   - Debian's prometheus (promtool, and the server the metrics tests start
+#     on a port of their own), with its system service left stopped and
+#     disabled;
 #   - berth itself, built from this checkout (scripts/install.sh): the
 #     binary in /usr/local/bin, bash and zsh completions, the systemd unit
 #     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
@@ -44,6 +47,38 @@ if [ ${#missing[@]} -gt 0 ]; then
 	log "installing Debian packages: ${missing[*]}"
 	apt_update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+fi
+
+# Prometheus. Its maintainer scripts enable the system service and start it
+# (invoke-rc.d, or systemctl where systemd runs): berth's tests run their
+# own server, and a node needs no second one scraping nothing. A
+# policy-rc.d that refuses every start (exit 101, which both invoke-rc.d
+# and deb-systemd-invoke obey) is in place only while the package installs,
+# unless the host has its own; the service is then disabled for boot, and
+# stopped should a host policy have let it start. Only done when setup
+# installs the package: an operator's own prometheus is left alone.
+# Recommends are skipped: they would add prometheus-node-exporter, another
+# service.
+if ! installed prometheus; then
+	log "installing Debian's prometheus (its system service stays stopped and disabled)"
+	apt_update
+	(
+		policy=/usr/sbin/policy-rc.d
+		if [ ! -e "$policy" ]; then
+			trap 'rm -f "$policy"' EXIT
+			printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+			chmod 0755 "$policy"
+		fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >&2
+	)
+	deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
+	update-rc.d prometheus disable >/dev/null 2>&1 || true
+	if [ -d /run/systemd/system ]; then
+		systemctl stop prometheus.service >&2 || true
+	elif [ -s /run/prometheus/prometheus.pid ]; then
+		# The init script stops only the pid in its pidfile.
+		/etc/init.d/prometheus stop >&2 || true
+	fi
 fi
 
 # 2. Reference CNI plugins, built from the Go module proxy.
