@@ -102,3 +102,37 @@ func TestParsePort(t *testing.T) {
 		t.Errorf("default protocol: %v", m)
 	}
 }
+
+func TestVersion(t *testing.T) {
+	oldV, oldC := Version, Commit
+	t.Cleanup(func() { Version, Commit = oldV, oldC })
+	cases := []struct {
+		name            string
+		version, commit string
+		json            bool
+		want            []string
+	}{
+		{"stamped", "v0.2.0-3-gabc1234-dirty", "abc1234def-dirty", false,
+			[]string{"berth v0.2.0-3-gabc1234-dirty\n", "commit abc1234def-dirty\n", "built with go"}},
+		{"stamped json", "v0.2.0", "abc1234def", true,
+			[]string{`"version": "v0.2.0"`, `"commit": "abc1234def"`, `"go_version": "go`}},
+		// go test records no VCS revision in the test binary.
+		{"unstamped", "0.1.0-dev", "", false, []string{"berth 0.1.0-dev\n", "commit unknown\n"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			Version, Commit = tc.version, tc.commit
+			args := []string{"version"}
+			if tc.json {
+				args = append(args, "--json")
+			}
+			out, _, err := run(t, args...)
+			testenv.Must(t, err)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output %q lacks %q", out, w)
+				}
+			}
+		})
+	}
+}

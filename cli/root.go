@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -25,8 +27,16 @@ import (
 	"github.com/berth/berth/store"
 )
 
-// Version is set at build time with -ldflags "-X github.com/berth/berth/cli.Version=...".
-var Version = "0.1.0-dev"
+// Version and Commit are stamped at build time (scripts/install.sh does):
+//
+//	go build -ldflags "-X github.com/berth/berth/cli.Version=v0.2.0 -X github.com/berth/berth/cli.Commit=<sha>" ./cmd/berth
+//
+// An unstamped Commit falls back to the revision the go command recorded
+// in the binary's build info (go build in a git checkout records it).
+var (
+	Version = "0.1.0-dev"
+	Commit  = ""
+)
 
 // DefaultDataDir is where berth keeps its store.
 const DefaultDataDir = "/var/lib/berth"
@@ -186,16 +196,56 @@ func (g *Globals) PrintJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// VersionInfo is what `berth version` reports.
+type VersionInfo struct {
+	Version string `json:"version"`
+	// Commit is the full revision berth was built from, with "-dirty"
+	// when the work tree had changes; "unknown" when nobody recorded it.
+	Commit    string `json:"commit"`
+	GoVersion string `json:"go_version"`
+}
+
+// BuildVersion reports the stamped version and commit, or the commit the
+// go command recorded when none was stamped.
+func BuildVersion() VersionInfo {
+	v := VersionInfo{Version: Version, Commit: Commit, GoVersion: runtime.Version()}
+	if v.Commit != "" {
+		return v
+	}
+	v.Commit = "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" {
+		v.Commit = rev
+		if modified == "true" {
+			v.Commit += "-dirty"
+		}
+	}
+	return v
+}
+
 func newVersionCmd(g *Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print berth's version",
+		Short: "Print berth's version and the commit it was built from",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v := BuildVersion()
 			if g.JSON {
-				return g.PrintJSON(map[string]string{"version": Version})
+				return g.PrintJSON(v)
 			}
-			fmt.Fprintf(g.stdout, "berth %s\n", Version)
+			fmt.Fprintf(g.stdout, "berth %s\ncommit %s\nbuilt with %s\n", v.Version, v.Commit, v.GoVersion)
 			return nil
 		},
 	}

@@ -8,7 +8,13 @@
 #     /opt/berth/cni/bin (Debian's 1.1.1 portmap fails CHECK on every healthy
 #     attachment with port mappings: containernetworking/plugins#819);
 #   - example network configurations into /etc/cni/net.d;
-#   - the local image localhost/busybox:latest (no registry is reachable).
+#   - the local image localhost/busybox:latest (no registry is reachable);
+#   - Debian's prometheus (promtool, and the server the metrics tests start
+#     on a port of their own), with its system service left stopped and
+#     disabled;
+#   - berth itself, built from this checkout (scripts/install.sh): the
+#     binary in /usr/local/bin, bash and zsh completions, the systemd unit
+#     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
 set -euo pipefail
 
 CNI_VERSION=v1.10.0
@@ -26,15 +32,53 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # 1. Debian packages.
-pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata)
+pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata bash-completion)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+updated=
+apt_update() {
+	[ -n "$updated" ] || apt-get update -q >&2
+	updated=1
+}
 missing=()
 for p in "${pkgs[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing Debian packages: ${missing[*]}"
-	apt-get update -q >&2
+	apt_update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+fi
+
+# Prometheus. Its maintainer scripts enable the system service and start it
+# (invoke-rc.d, or systemctl where systemd runs): berth's tests run their
+# own server, and a node needs no second one scraping nothing. A
+# policy-rc.d that refuses every start (exit 101, which both invoke-rc.d
+# and deb-systemd-invoke obey) is in place only while the package installs,
+# unless the host has its own; the service is then disabled for boot, and
+# stopped should a host policy have let it start. Only done when setup
+# installs the package: an operator's own prometheus is left alone.
+# Recommends are skipped: they would add prometheus-node-exporter, another
+# service.
+if ! installed prometheus; then
+	log "installing Debian's prometheus (its system service stays stopped and disabled)"
+	apt_update
+	(
+		policy=/usr/sbin/policy-rc.d
+		if [ ! -e "$policy" ]; then
+			trap 'rm -f "$policy"' EXIT
+			printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+			chmod 0755 "$policy"
+		fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >&2
+	)
+	deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
+	update-rc.d prometheus disable >/dev/null 2>&1 || true
+	if [ -d /run/systemd/system ]; then
+		systemctl stop prometheus.service >&2 || true
+	elif [ -s /run/prometheus/prometheus.pid ]; then
+		# The init script stops only the pid in its pidfile.
+		/etc/init.d/prometheus stop >&2 || true
+	fi
 fi
 
 # 2. Reference CNI plugins, built from the Go module proxy.
@@ -68,5 +112,8 @@ done
 if [ -x "$root/scripts/image/build-busybox.sh" ]; then
 	"$root/scripts/image/build-busybox.sh" >&2
 fi
+
+# 5. berth itself.
+bash "$here/install.sh"
 
 log "ok"

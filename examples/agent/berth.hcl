@@ -57,6 +57,8 @@ api {
   # Optionally also over TCP. Every TCP request must then carry
   # "Authorization: Bearer <token>"; the agent refuses to start a TCP listener
   # without a token (at least 16 characters). token_file wins over token.
+  # /metrics is served there too: examples/prometheus/prometheus.yml scrapes it
+  # with the token from the same file.
   # tcp_address = "127.0.0.1:4646"
   # token       = "change-me-to-a-long-random-string"
   # token_file  = "/etc/berth/token"
