@@ -30,7 +30,6 @@ import (
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/metrics"
 	"github.com/berth/berth/netns"
-	"github.com/berth/berth/store"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
@@ -502,7 +501,7 @@ func TestPrometheusScrapesAgent(t *testing.T) {
 		testenv.Must(t, err)
 		done := 0
 		for _, al := range l {
-			if al.Status == store.AllocComplete || al.Status == store.AllocFailed {
+			if al.Status == api.AllocComplete || al.Status == api.AllocFailed {
 				done++
 			}
 		}
