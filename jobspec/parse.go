@@ -1,17 +1,21 @@
-// Package jobspec parses and validates Nomad-style HCL job files for berth.
+// Package jobspec parses and validates Nomad job files for berth.
 //
-// It accepts the subset of Nomad's job specification that means something
-// on a single node, fills in Nomad's defaults, and rejects everything else
-// with a file:line:col error: unknown blocks and attributes are never
-// skipped silently. Runtime interpolations such as "${NOMAD_ALLOC_ID}" are
-// kept as literal text, as Nomad does; the runner resolves them with
-// Interpolate.
+// It reads Nomad 1.6.5's job language (HCL2 with variables, locals and
+// Nomad's functions) and accepts what Nomad accepts: blocks that only mean
+// something to a cluster, or need a service berth does not have, are
+// accepted with one warning each. Whether this node can run the job
+// (constraints, datacenters, node pool) is Placement's question, not
+// validation's. Anything Nomad does not know is a file:line:col error:
+// unknown blocks and attributes are never skipped silently. Runtime
+// interpolations such as "${NOMAD_ALLOC_ID}" are kept as literal text, as
+// Nomad does; the runner resolves them with Interpolate.
 package jobspec
 
 import (
 	"fmt"
 	"math/big"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -40,6 +44,17 @@ type ParseOptions struct {
 	Drivers map[string]func(config map[string]any) error
 	// Network is called with <name> for network mode "cni/<name>".
 	Network func(name string) error
+	// Vars are -var NAME=VALUE arguments, in order (a later one wins).
+	Vars []string
+	// VarFiles are -var-file paths, HCL or (named *.json) JSON, in order.
+	VarFiles []string
+	// Env is searched for NOMAD_VAR_<name>=<value>; the caller passes
+	// os.Environ() to honour the process environment, nil for none.
+	Env []string
+	// BaseDir is where file() and the other filesystem functions resolve
+	// relative paths, as Nomad: the working directory when empty. A path
+	// missing there is looked up next to the job file.
+	BaseDir string
 }
 
 // ParseFile reads and parses one job file; see Parse.
@@ -58,12 +73,25 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 	if filename == "" {
 		filename = "<input>"
 	}
+	base := opts.BaseDir
+	if base == "" {
+		base, _ = os.Getwd()
+	}
+	jobDir := ""
+	if filename != "<input>" {
+		if abs, err := filepath.Abs(filename); err == nil {
+			jobDir = filepath.Dir(abs)
+		}
+	}
 	p := &parser{
 		filename: filename,
 		src:      src,
 		opts:     opts,
-		ectx:     &hcl.EvalContext{},
-		now:      time.Now(),
+		ectx: &hcl.EvalContext{
+			Functions: functions(base, jobDir),
+			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
+		},
+		now: time.Now(),
 	}
 	f, hdiags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hdiags.HasErrors() {
@@ -97,6 +125,19 @@ type parser struct {
 	warns    Diagnostics
 	ectx     *hcl.EvalContext
 	now      time.Time
+	vars     map[string]*variable
+	// The job's vault and reschedule blocks, which its groups inherit.
+	jobVault   *Vault
+	jobResched *hclsyntax.Block
+}
+
+// failAt and warnAt report at a position already recorded in the job.
+func (p *parser) failAt(pos Pos, summary, detail string) {
+	p.diags = append(p.diags, Diagnostic{File: pos.File, Line: pos.Line, Column: pos.Column, Summary: clip(summary), Detail: clip(detail)})
+}
+
+func (p *parser) warnAt(pos Pos, summary, detail string) {
+	p.warns = append(p.warns, Diagnostic{File: pos.File, Line: pos.Line, Column: pos.Column, Summary: summary, Detail: detail})
 }
 
 func (p *parser) fileStart() hcl.Range {
@@ -414,6 +455,20 @@ func (p *parser) integer(a *hclsyntax.Attribute, where string, lo, hi int64) (in
 		return 0, false
 	}
 	return int(i), true
+}
+
+func (p *parser) number(a *hclsyntax.Attribute, where string) (float64, bool) {
+	v, ok := p.value(a)
+	if !ok {
+		return 0, false
+	}
+	n, err := convert.Convert(v, cty.Number)
+	if err != nil {
+		p.fail(a.Expr.Range(), fmt.Sprintf("%s in %s must be a number, got %s", a.Name, where, describe(v)), "")
+		return 0, false
+	}
+	f, _ := n.AsBigFloat().Float64()
+	return f, true
 }
 
 func (p *parser) duration(a *hclsyntax.Attribute, where string) (time.Duration, bool) {
