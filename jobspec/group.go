@@ -213,6 +213,15 @@ func (p *parser) finishGroup(g *Group, blk *hclsyntax.Block, j *Job, where strin
 			p.checkServicePort(s, g, where)
 		}
 	}
+	var provider *Service
+	for _, s := range g.AllServices() {
+		if provider == nil {
+			provider = s
+		} else if s.Provider != provider.Provider {
+			p.failAt(s.Pos, fmt.Sprintf("service %q in %s uses provider %q and service %q uses %q", s.Name, where, s.Provider, provider.Name, provider.Provider),
+				"all services of a group must use the same provider")
+		}
+	}
 	for _, s := range g.Services {
 		p.checkServicePort(s, g, where)
 		if s.Task != "" && g.Task(s.Task) == nil {
@@ -303,4 +312,13 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 		p.warn(blk.TypeRange, fmt.Sprintf("%s is a host volume, which berth does not mount yet", w), "accepted by validate")
 	}
 	return v
+}
+
+// AllServices is the group's services followed by its tasks'.
+func (g *Group) AllServices() []*Service {
+	out := append([]*Service(nil), g.Services...)
+	for _, t := range g.Tasks {
+		out = append(out, t.Services...)
+	}
+	return out
 }

@@ -29,6 +29,7 @@ type variable struct {
 	sensitive bool
 	checks    []varCheck
 	rng       hcl.Range // the block (or the attribute of a variables block)
+	defRng    hcl.Range
 
 	val    cty.Value
 	set    bool
@@ -78,14 +79,14 @@ func (p *parser) variables(blocks map[string][]*hclsyntax.Block) {
 				p.addHCL(diags, a.Expr.Range())
 				continue
 			}
-			v.def, v.hasDef = val, true
+			v.def, v.hasDef, v.defRng = val, true, a.Expr.Range()
 			add(v)
 		}
 	}
 
 	for _, name := range order {
 		if v := decl[name]; v.hasDef {
-			v.val, v.set, v.source, v.srcRng = v.def, true, "default", v.rng
+			v.val, v.set, v.source, v.srcRng = v.def, true, "default", v.defRng
 		}
 	}
 	p.envVars(decl)
@@ -144,7 +145,7 @@ func (p *parser) variableBlock(b *hclsyntax.Block) *variable {
 			v.sensitive = bv.True()
 		}
 		p.warn(a.NameRange, fmt.Sprintf("sensitive in %s is not part of Nomad 1.6.5's variable block", where),
-			"berth accepts it and leaves the value out of its output; Nomad 1.6.5 refuses the job file")
+			"berth accepts it and does nothing with it yet; Nomad 1.6.5 refuses the job file")
 	}
 	if a := attrs["default"]; a != nil {
 		val, diags := a.Expr.Value(p.fnCtx())
@@ -153,7 +154,7 @@ func (p *parser) variableBlock(b *hclsyntax.Block) *variable {
 		} else if cv, err := convert.Convert(val, v.typ); err != nil {
 			p.fail(a.Expr.Range(), fmt.Sprintf("default of %s does not match its type %s: %v", where, typeexpr.TypeString(v.typ), err), "")
 		} else {
-			v.def, v.hasDef = cv, true
+			v.def, v.hasDef, v.defRng = cv, true, a.Expr.Range()
 		}
 	}
 	for _, vb := range blocks["validation"] {

@@ -92,10 +92,11 @@ func (d *Driver) Name() string { return d.name }
 
 // ValidateConfig checks a task's config block. Every problem is reported
 // (errors.Join of *ConfigError), each naming its field; all match
-// ErrInvalidConfig.
+// ErrInvalidConfig. A deprecated key adds a *driver.ConfigWarning, which
+// is not a failure (driver.OnlyWarnings).
 func (d *Driver) ValidateConfig(cfg map[string]any) error {
-	_, err := parseConfig(d.name, cfg)
-	return err
+	_, warns, err := parseConfig(d.name, cfg)
+	return errors.Join(append(warns, err)...)
 }
 
 // Close is a no-op: the drivers hold nothing beyond their tasks.
@@ -114,7 +115,7 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 		return nil, fmt.Errorf("%s: start: task has no name", d.name)
 	}
 	id := t.AllocID + "/" + t.TaskName
-	tc, err := parseConfig(d.name, t.Config)
+	tc, _, err := parseConfig(d.name, t.Config)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", id, err)
 	}
