@@ -67,6 +67,7 @@ func (g *Globals) parseJobFile(path string, drivers *runner.Drivers, node jobspe
 			return err
 		},
 	}
+	opts.AllowFS = true
 	vf.apply(&opts)
 	return jobspec.ParseFile(path, opts)
 }

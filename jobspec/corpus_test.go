@@ -32,7 +32,8 @@ func corpusNode() NodeAttrs {
 
 func corpusOptions() ParseOptions {
 	return ParseOptions{
-		Node: corpusNode(),
+		Node:    corpusNode(),
+		AllowFS: true,
 		Drivers: map[string]func(map[string]any) error{
 			"raw_exec": execdrv.NewRawExec(execdrv.Options{}).ValidateConfig,
 			"exec":     execdrv.NewExec(execdrv.Options{}).ValidateConfig,

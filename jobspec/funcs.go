@@ -29,7 +29,10 @@ import (
 // against the working directory; a path that does not exist there is
 // looked up next to the job file, so a job run from elsewhere still finds
 // the files it ships with.
-func functions(cwd, jobDir string) map[string]function.Function {
+//
+// Without allowFS they fail, as Nomad's do when it parses a job on behalf
+// of an API client: a job submitted to the agent must not read its files.
+func functions(cwd, jobDir string, allowFS bool) map[string]function.Function {
 	base := func(path cty.Value) string {
 		if !path.IsKnown() || path.IsNull() || path.Type() != cty.String {
 			return cwd
@@ -58,7 +61,7 @@ func functions(cwd, jobDir string) map[string]function.Function {
 		}
 		return function.New(spec)
 	}
-	return map[string]function.Function{
+	fns := map[string]function.Function{
 		"abs":             stdlib.AbsoluteFunc,
 		"abspath":         filesystem.AbsPathFunc,
 		"base64decode":    encoding.Base64DecodeFunc,
@@ -143,4 +146,21 @@ func functions(cwd, jobDir string) map[string]function.Function {
 		"yamlencode":      ctyyaml.YAMLEncodeFunc,
 		"zipmap":          stdlib.ZipmapFunc,
 	}
+	if !allowFS {
+		for _, name := range []string{"abspath", "basename", "dirname", "file", "filebase64", "fileexists", "fileset", "pathexpand"} {
+			fns[name] = disabledFS(fns[name])
+		}
+	}
+	return fns
+}
+
+func disabledFS(f function.Function) function.Function {
+	return function.New(&function.Spec{
+		Params:   f.Params(),
+		VarParam: f.VarParam(),
+		Type:     function.StaticReturnType(cty.DynamicPseudoType),
+		Impl: func([]cty.Value, cty.Type) (cty.Value, error) {
+			return cty.NilVal, errors.New("filesystem functions are disabled here: a job submitted to the agent cannot read the agent's files")
+		},
+	})
 }

@@ -99,7 +99,7 @@ func TestInvalidJobs(t *testing.T) {
 // Diagnostics matching ErrInvalidJob, and that accepted jobs marshal and can
 // compute their next launch.
 func FuzzParse(f *testing.F) {
-	for _, pattern := range []string{"testdata/*.hcl", "testdata/invalid/*.hcl"} {
+	for _, pattern := range []string{"testdata/*.hcl", "testdata/invalid/*.hcl", "testdata/corpus/*.hcl"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil {
 			f.Fatal(err)

@@ -55,6 +55,9 @@ type ParseOptions struct {
 	// relative paths, as Nomad: the working directory when empty. A path
 	// missing there is looked up next to the job file.
 	BaseDir string
+	// AllowFS enables the filesystem functions (file, fileexists, ...),
+	// as Nomad's CLI does; without it they are errors, as in Nomad's API.
+	AllowFS bool
 }
 
 // ParseFile reads and parses one job file; see Parse.
@@ -88,7 +91,7 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 		src:      src,
 		opts:     opts,
 		ectx: &hcl.EvalContext{
-			Functions: functions(base, jobDir),
+			Functions: functions(base, jobDir, opts.AllowFS),
 			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
 		},
 		now: time.Now(),

@@ -232,10 +232,11 @@ func (p *parser) checkVariable(v *variable) cty.Value {
 }
 
 // rawValue turns a command-line or environment value into a cty value:
-// a string variable takes it as written, any other type parses it as an
-// HCL expression ("[1, 2]", "{ a = 1 }"), as Nomad does.
+// a variable of a primitive type (or no type) takes it as a string, which
+// converts to its number or bool; a collection or structural type parses
+// it as an HCL expression ("[1, 2]", "{ a = 1 }"), as Nomad does.
 func (p *parser) rawValue(v *variable, raw, source string) (cty.Value, bool) {
-	if v.typ == cty.String || v.typ == cty.DynamicPseudoType {
+	if v.typ.IsPrimitiveType() || v.typ == cty.DynamicPseudoType {
 		return cty.StringVal(raw), true
 	}
 	expr, diags := hclsyntax.ParseExpression([]byte(raw), source, hcl.InitialPos)
