@@ -72,6 +72,26 @@ func (g *Globals) parseJobFile(path string, drivers *runner.Drivers, node jobspe
 	return jobspec.ParseFile(path, opts)
 }
 
+// NomadArgs rewrites Nomad's single-dash -var and -var-file (also with
+// "=VALUE") to the --var and --var-file the flag parser knows, so a
+// command line written for `nomad job run` works unchanged. Arguments
+// after "--" are left alone.
+func NomadArgs(args []string) []string {
+	out := make([]string, len(args))
+	done := false
+	for i, a := range args {
+		switch {
+		case done:
+		case a == "--":
+			done = true
+		case a == "-var", a == "-var-file", strings.HasPrefix(a, "-var="), strings.HasPrefix(a, "-var-file="):
+			a = "-" + a
+		}
+		out[i] = a
+	}
+	return out
+}
+
 // VarFlags are the job-variable flags of validate (and, later, run and
 // job run/plan): -var NAME=VALUE and -var-file FILE, repeatable, plus
 // NOMAD_VAR_<name> from the environment.
