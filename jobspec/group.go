@@ -176,7 +176,7 @@ func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
 		}
 		g.Tasks = append(g.Tasks, t)
 	}
-	if !hasBlock(blk.Body, "task") {
+	if !hasBlock(blk.Body, "task") && !hasBlock(blk.Body, "dynamic") {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no task", where), "add task \"<name>\" { driver = \"...\" config { ... } }")
 	}
 	p.finishGroup(g, blk, j, where)

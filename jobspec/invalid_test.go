@@ -18,6 +18,7 @@ func TestInvalidJobs(t *testing.T) {
 		pos  string // line:col of the first diagnostic
 		want []string
 	}{
+		{"dynamic_block", "3:5", []string{"dynamic blocks are not supported by berth yet (in group \"g\")", "write the blocks out"}},
 		{"syntax_error", "2:18", []string{"Missing newline after argument"}},
 		{"missing_job_label", "1:1", []string{"missing its job ID label", `job "<job ID>"`}},
 		{"two_jobs", "12:1", []string{"duplicate job block", "first is at testdata/invalid/two_jobs.hcl:1:1"}},

@@ -247,7 +247,7 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 			j.Groups = append(j.Groups, p.group(e.blk, j))
 		}
 	}
-	if len(entries) == 0 {
+	if len(entries) == 0 && !hasBlock(blk.Body, "dynamic") {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no group", where), "add group \"<name>\" { task \"<name>\" { driver = \"...\" } }")
 	}
 	p.jobVault, p.jobResched = nil, nil

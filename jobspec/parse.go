@@ -292,6 +292,11 @@ func (p *parser) content(b *hclsyntax.Body, s schema) (map[string]*hclsyntax.Att
 	blocks := make(map[string][]*hclsyntax.Block)
 	for _, blk := range b.Blocks {
 		spec := s.block(blk.Type)
+		if spec == nil && blk.Type == "dynamic" && !s.anyAttrs {
+			p.fail(blk.TypeRange, fmt.Sprintf("dynamic blocks are not supported by berth yet (in %s)", s.what),
+				"Nomad accepts them; write the blocks out one by one")
+			continue
+		}
 		if spec == nil {
 			if s.anyAttrs || slices.Contains(s.attrs, blk.Type) {
 				p.fail(blk.TypeRange, fmt.Sprintf("%q in %s is an attribute, not a block", blk.Type, s.what),
