@@ -399,17 +399,24 @@ func TestPlacement(t *testing.T) {
 	if u := seed.Unmet(node); len(u) != 2 || !strings.HasPrefix(u[1].What, "datacenters") {
 		t.Errorf("Unmet = %v", u)
 	}
-	// On the node it names (and in its datacenter), it is placed.
-	node["attr.unique.hostname"], node["node.datacenter"] = "hostname", "S10"
+	// On the node it names, it is placed.
+	node["attr.unique.hostname"] = "hostname"
 	if err := seed.Placement(node); err != nil {
 		t.Errorf("Placement on the seed's node: %v", err)
 	}
 
+	// A datacenter this node is not in is reported, but not refused.
+	dcs := mustParse(t, "testdata/corpus/datacenters_other.hcl", corpusOptions())
+	if u := dcs.Unmet(corpusNode()); len(u) != 1 || u[0].Kind != PlaceDatacenters || !strings.Contains(u[0].What, `datacenters ["us-east-1a", "us-east-1b"]`) {
+		t.Errorf("Unmet = %v", u)
+	}
+	if err := dcs.Placement(corpusNode()); err != nil {
+		t.Errorf("Placement refused a datacenter: %v", err)
+	}
 	for _, tc := range []struct {
 		file, what string
 	}{
 		{"constraint_windows.hcl", `constraint "${attr.kernel.name}" = "windows"`},
-		{"datacenters_other.hcl", `datacenters ["us-east-1a", "us-east-1b"]`},
 		{"node_pool_gpu.hcl", `node_pool "gpu"`},
 	} {
 		j := mustParse(t, "testdata/corpus/"+tc.file, corpusOptions())

@@ -254,9 +254,13 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 
 	if p.opts.Node != nil {
 		for _, u := range j.Unmet(p.opts.Node) {
+			consequence := "; the file is valid, but run refuses the job on this node"
+			if u.Kind == PlaceDatacenters {
+				consequence = "; berth runs the job anyway (its node's datacenter is not configurable yet); Nomad would not place it here"
+			}
 			p.warns = append(p.warns, Diagnostic{File: u.Pos.File, Line: u.Pos.Line, Column: u.Pos.Column,
 				Summary: fmt.Sprintf("%s in %s is not met by this node", u.What, u.Where),
-				Detail:  u.Node + "; the file is valid, but run refuses the job on this node"})
+				Detail:  u.Node + consequence})
 		}
 	}
 	return j

@@ -15,6 +15,8 @@ var ErrPlacement = errors.New("job cannot be placed on this node")
 // PlacementError is one reason this node cannot run a job: an unmet
 // constraint, a datacenter or node pool this node is not in.
 type PlacementError struct {
+	// Kind is PlaceConstraint, PlaceDatacenters or PlaceNodePool.
+	Kind string
 	// What names the rule: `constraint "${attr.kernel.name}" = "windows"`,
 	// "datacenters", "node_pool".
 	What string
@@ -32,6 +34,13 @@ func (e *PlacementError) Error() string {
 // Is makes errors.Is(err, ErrPlacement) true.
 func (e *PlacementError) Is(target error) bool { return target == ErrPlacement }
 
+// Kinds of placement rule.
+const (
+	PlaceConstraint  = "constraint"
+	PlaceDatacenters = "datacenters"
+	PlaceNodePool    = "node_pool"
+)
+
 // Unmet lists every placement rule of the job that node does not meet,
 // in file order: job constraints, datacenters and node pool, then each
 // group's constraints and its tasks'.
@@ -44,17 +53,17 @@ func (j *Job) Unmet(node NodeAttrs) []*PlacementError {
 				continue // a single node is always distinct
 			}
 			if ok, detail := checkConstraint(c, node); !ok {
-				out = append(out, &PlacementError{What: "constraint " + c.describe(), Where: where, Node: detail, Pos: c.Pos})
+				out = append(out, &PlacementError{Kind: PlaceConstraint, What: "constraint " + c.describe(), Where: where, Node: detail, Pos: c.Pos})
 			}
 		}
 	}
 	check(j.Constraints, jw)
 	if dc, ok := node["node.datacenter"]; ok && !matchDatacenter(j.Datacenters, dc) {
-		out = append(out, &PlacementError{What: fmt.Sprintf("datacenters %s", quoteList(j.Datacenters)), Where: jw,
+		out = append(out, &PlacementError{Kind: PlaceDatacenters, What: fmt.Sprintf("datacenters %s", quoteList(j.Datacenters)), Where: jw,
 			Node: fmt.Sprintf("this node is in datacenter %q", dc), Pos: j.Pos})
 	}
 	if pool := nodePool(node); j.NodePool != "" && j.NodePool != "all" && j.NodePool != pool {
-		out = append(out, &PlacementError{What: fmt.Sprintf("node_pool %q", j.NodePool), Where: jw,
+		out = append(out, &PlacementError{Kind: PlaceNodePool, What: fmt.Sprintf("node_pool %q", j.NodePool), Where: jw,
 			Node: fmt.Sprintf("this node is in node pool %q", pool), Pos: j.Pos})
 	}
 	for _, g := range j.Groups {
@@ -71,9 +80,17 @@ func (j *Job) Unmet(node NodeAttrs) []*PlacementError {
 // the first rule it does not meet and what the node has (a
 // *PlacementError, matching ErrPlacement). run and plan call it before
 // creating anything.
+//
+// A datacenter list without this node's datacenter stays a warning (from
+// Parse) and is not refused: berth's node is always in "dc1" for now, and
+// real job files name their own datacenters (the seed job: "S10"), so
+// refusing would make them unrunnable until the datacenter is
+// configurable.
 func (j *Job) Placement(node NodeAttrs) error {
-	if u := j.Unmet(node); len(u) > 0 {
-		return u[0]
+	for _, u := range j.Unmet(node) {
+		if u.Kind != PlaceDatacenters {
+			return u
+		}
 	}
 	return nil
 }
