@@ -82,9 +82,10 @@ func (jr *jobRun) status() string {
 }
 
 // parseJob validates a job against this node, its drivers and CNI networks,
-// exactly as `berth run` does.
+// exactly as `berth run` does, and refuses it when this node does not meet
+// its constraints, datacenters or node pool.
 func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
-	return jobspec.Parse(src, filename, jobspec.ParseOptions{
+	job, err := jobspec.Parse(src, filename, jobspec.ParseOptions{
 		Node:    a.node,
 		Drivers: a.drivers.Validators(),
 		Network: func(name string) error {
@@ -92,6 +93,14 @@ func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*job
 			return err
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	var pe *jobspec.PlacementError
+	if err := job.Placement(a.node); errors.As(err, &pe) {
+		return nil, jobspec.Diagnostics{pe.Diagnostic()}
+	}
+	return job, nil
 }
 
 func warnings(j *jobspec.Job) []string {
@@ -113,7 +122,7 @@ func nextLaunches(j *jobspec.Job, n int) []time.Time {
 // runs again at start: periodic and service jobs do; a batch job's
 // interrupted allocations are lost, and rerunning it could repeat work.
 func resumes(j *jobspec.Job) bool {
-	return j.Type == jobspec.TypeService || (j.Periodic != nil && j.Periodic.Enabled)
+	return !j.RunsToCompletion() || (j.Periodic != nil && j.Periodic.Enabled)
 }
 
 // resumeJobs loads the stored jobs and starts those that resume.

@@ -19,7 +19,7 @@ func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	root := NewRoot(&out, &errb)
-	root.SetArgs(args)
+	root.SetArgs(NomadArgs(args))
 	err := root.Execute()
 	return out.String(), errb.String(), err
 }

@@ -46,26 +46,89 @@ func (g *Globals) Drivers(rf *RunnerFlags) *runner.Drivers {
 }
 
 // ParseJob parses and validates a job file against this node, its drivers
-// and its CNI networks.
+// and its CNI networks, and refuses it when this node does not meet its
+// constraints, datacenters or node pool (before anything is created).
 func (g *Globals) ParseJob(path string, drivers *runner.Drivers) (*jobspec.Job, error) {
-	return jobspec.ParseFile(path, jobspec.ParseOptions{
-		Node:    jobspec.LocalNode(),
+	node := jobspec.LocalNode()
+	job, err := g.parseJobFile(path, drivers, node, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := job.Placement(node); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+func (g *Globals) parseJobFile(path string, drivers *runner.Drivers, node jobspec.NodeAttrs, vf *VarFlags) (*jobspec.Job, error) {
+	opts := jobspec.ParseOptions{
+		Node:    node,
 		Drivers: drivers.Validators(),
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(context.Background(), g.CNIConfigDir, name)
 			return err
 		},
-	})
+	}
+	opts.AllowFS = true
+	vf.apply(&opts)
+	return jobspec.ParseFile(path, opts)
+}
+
+// NomadArgs rewrites Nomad's single-dash -var and -var-file (also with
+// "=VALUE") to the --var and --var-file the flag parser knows, so a
+// command line written for `nomad job run` works unchanged. Arguments
+// after "--" are left alone.
+func NomadArgs(args []string) []string {
+	out := make([]string, len(args))
+	done := false
+	for i, a := range args {
+		switch {
+		case done:
+		case a == "--":
+			done = true
+		case a == "-var", a == "-var-file", strings.HasPrefix(a, "-var="), strings.HasPrefix(a, "-var-file="):
+			a = "-" + a
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// VarFlags are the job-variable flags of validate (and, later, run and
+// job run/plan): -var NAME=VALUE and -var-file FILE, repeatable, plus
+// NOMAD_VAR_<name> from the environment.
+type VarFlags struct {
+	Vars     []string
+	VarFiles []string
+}
+
+func (vf *VarFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&vf.Vars, "var", nil, "set a job variable: -var NAME=VALUE (repeatable; a later one wins)")
+	cmd.Flags().StringArrayVar(&vf.VarFiles, "var-file", nil, "read job variables from an HCL file, or JSON when named *.json (repeatable)")
+}
+
+// apply puts the flags and the environment's NOMAD_VAR_ values in opts;
+// a nil VarFlags sets only the environment.
+func (vf *VarFlags) apply(opts *jobspec.ParseOptions) {
+	opts.Env = os.Environ()
+	if vf != nil {
+		opts.Vars, opts.VarFiles = vf.Vars, vf.VarFiles
+	}
 }
 
 func newValidateCmd(g *Globals) *cobra.Command {
 	rf := &RunnerFlags{}
+	vf := &VarFlags{}
 	cmd := &cobra.Command{
-		Use:   "validate JOBFILE",
+		Use:   "validate [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
 		Short: "Parse and validate a job file; print the normalized job and, for a periodic job, its next launches",
-		Args:  cobra.ExactArgs(1),
+		Long: `Parse and validate a job file as Nomad 1.6.5's "nomad job validate" does. Exit status 0 when
+the file is valid; warnings (blocks that do not apply on one node, constraints this node does not
+meet) are printed and never change the exit status. Job variables come from -var, -var-file and
+NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the environment).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, err := g.ParseJob(args[0], g.Drivers(rf))
+			job, err := g.parseJobFile(args[0], g.Drivers(rf), jobspec.LocalNode(), vf)
 			if err != nil {
 				return err
 			}
@@ -101,6 +164,7 @@ func newValidateCmd(g *Globals) *cobra.Command {
 		},
 	}
 	rf.register(cmd)
+	vf.register(cmd)
 	return cmd
 }
 

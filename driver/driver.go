@@ -83,3 +83,38 @@ type Driver interface {
 	// Close releases driver-wide resources (e.g. a podman service berth started).
 	Close(ctx context.Context) error
 }
+
+// ConfigWarning is returned by ValidateConfig, alone or inside errors.Join
+// with real errors, for a config that works but should change (a
+// deprecated key). It is not a failure: jobspec reports it as a warning.
+type ConfigWarning struct {
+	Driver string
+	// Field is the config key concerned ("cwd").
+	Field string
+	Msg   string
+}
+
+func (w *ConfigWarning) Error() string { return w.Driver + ": config." + w.Field + " " + w.Msg }
+
+// Warning marks the error as a warning for jobspec.
+func (w *ConfigWarning) Warning() bool { return true }
+
+// ConfigField names the key, so jobspec can point at it.
+func (w *ConfigWarning) ConfigField() string { return w.Field }
+
+// OnlyWarnings reports whether err holds nothing but ConfigWarnings.
+func OnlyWarnings(err error) bool {
+	if err == nil {
+		return true
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !OnlyWarnings(e) {
+				return false
+			}
+		}
+		return true
+	}
+	_, ok := err.(*ConfigWarning)
+	return ok
+}

@@ -11,15 +11,15 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
-// Operators with Nomad's meaning. distinct_hosts and distinct_property are
-// scheduler placement rules and mean nothing on one node.
+// Operators with Nomad's meaning. distinct_hosts and distinct_property,
+// scheduler rules that mean nothing on one node, are accepted apart.
 var constraintOps = []string{
 	"=", "==", "is", "!=", "not", "<", "<=", ">", ">=",
 	"regexp", "set_contains", "set_contains_all", "set_contains_any",
 	"version", "semver", "is_set", "is_not_set",
 }
 
-func (p *parser) constraint(blk *hclsyntax.Block, where string) (Constraint, bool) {
+func (p *parser) constraint(blk *hclsyntax.Block, where string, taskLevel bool) (Constraint, bool) {
 	w := "constraint in " + where
 	n := len(p.diags)
 	attrs, _ := p.content(blk.Body, schema{what: w, attrs: []string{"attribute", "operator", "value"}})
@@ -46,14 +46,37 @@ func (p *parser) constraint(blk *hclsyntax.Block, where string) (Constraint, boo
 	}
 	switch {
 	case c.Operator == "distinct_hosts" || c.Operator == "distinct_property":
-		p.fail(opRange, fmt.Sprintf("constraint operator %q in %s spreads allocations over cluster nodes", c.Operator, where),
-			"berth runs every allocation on this one node: remove the constraint")
+		if taskLevel {
+			p.fail(opRange, fmt.Sprintf("constraint operator %q is not allowed at task level (%s)", c.Operator, where),
+				"put it in the group or the job")
+			break
+		}
+		if c.Operator == "distinct_property" && c.Attribute == "" {
+			p.fail(blk.TypeRange, fmt.Sprintf("distinct_property constraint in %s has no attribute", where), "")
+			break
+		}
+		if c.Operator == "distinct_property" && c.Value != "" {
+			if v, err := strconv.ParseUint(c.Value, 10, 64); err != nil || v == 0 {
+				p.fail(valRange, fmt.Sprintf("distinct_property in %s must allow a count greater than 0, got %q", where, c.Value), "")
+				break
+			}
+		}
+		if c.Operator == "distinct_hosts" && c.Value != "" {
+			if _, err := strconv.ParseBool(c.Value); err != nil {
+				p.fail(valRange, fmt.Sprintf("distinct_hosts in %s must have a boolean value, got %q", where, c.Value), "")
+				break
+			}
+		}
+		p.warn(blk.TypeRange, fmt.Sprintf("%s constraint in %s does not apply on one node; accepted and ignored", c.Operator, where),
+			"it spreads allocations over cluster nodes; berth runs them all on this node")
 	case !slices.Contains(constraintOps, c.Operator):
 		p.fail(opRange, fmt.Sprintf("unknown constraint operator %q in %s", c.Operator, where),
-			"use one of: "+strings.Join(constraintOps, ", "))
+			"use one of: "+strings.Join(constraintOps, ", ")+", distinct_hosts, distinct_property")
 	case c.Attribute == "":
 		p.fail(blk.TypeRange, fmt.Sprintf("constraint in %s has no attribute", where),
 			"write attribute = \"${attr.kernel.name}\" (or another node attribute)")
+	case (c.Operator == "is_set" || c.Operator == "is_not_set") && c.Value != "":
+		p.fail(valRange, fmt.Sprintf("constraint operator %q in %s takes no value", c.Operator, where), "remove value")
 	case c.Operator != "is_set" && c.Operator != "is_not_set" && attrs["value"] == nil:
 		p.fail(blk.TypeRange, fmt.Sprintf("constraint with operator %q in %s has no value", c.Operator, where),
 			"write value = \"...\"")
@@ -67,15 +90,14 @@ func (p *parser) constraint(blk *hclsyntax.Block, where string) (Constraint, boo
 				"write e.g. \">= 1.2, < 2.0\" or \"~> 1.4\"")
 		}
 	}
-	if len(p.diags) > n {
-		return c, false
+	return c, len(p.diags) == n
+}
+
+// checkOperator checks an affinity's operator.
+func (p *parser) checkOperator(op string, a *hclsyntax.Attribute, where string) {
+	if !slices.Contains(constraintOps, op) {
+		p.fail(a.Expr.Range(), fmt.Sprintf("unknown operator %q in %s", op, where), "use one of: "+strings.Join(constraintOps, ", "))
 	}
-	if p.opts.Node != nil {
-		if ok, detail := checkConstraint(c, p.opts.Node); !ok {
-			p.fail(blk.TypeRange, fmt.Sprintf("constraint in %s not satisfied: %s", where, c.describe()), detail)
-		}
-	}
-	return c, true
 }
 
 func (c Constraint) describe() string {

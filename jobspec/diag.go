@@ -67,8 +67,17 @@ func (ds Diagnostics) Error() string {
 // Is makes errors.Is(err, ErrInvalidJob) true for any Diagnostics.
 func (ds Diagnostics) Is(target error) bool { return target == ErrInvalidJob }
 
+// sorted orders by position and drops repeats (a job-level block that
+// every group inherits is reported once).
 func (ds Diagnostics) sorted() Diagnostics {
-	out := append(Diagnostics(nil), ds...)
+	seen := map[Diagnostic]bool{}
+	var out Diagnostics
+	for _, d := range ds {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Line != out[j].Line {
 			return out[i].Line < out[j].Line

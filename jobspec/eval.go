@@ -5,156 +5,107 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
-	"github.com/zclconf/go-cty/cty/convert"
 )
 
-// eval evaluates an expression with no variables defined. Nomad leaves
-// "${attr.x}", "${NOMAD_ALLOC_ID}" and friends for the client to resolve at
-// run time, so a template part that is a plain reference is kept as its
-// source text, "${attr.x}", instead of failing. Anything that would need the
-// variable's value now (arithmetic, function calls, conditionals on it) is an
-// error, because Interpolate could never resolve it later.
+// eval evaluates an expression in the job language: var.* and local.* are
+// the job's variables and locals, functions are Nomad's. Any other
+// reference (attr.*, node.*, meta.*, NOMAD_*, env.*) is a runtime value, and
+// as in Nomad it evaluates to its own text in "${...}", so "${attr.x}",
+// attr.x and upper(attr.x) all parse, and Interpolate resolves what is left
+// at run time.
 func (p *parser) eval(e hclsyntax.Expression) (cty.Value, bool) {
-	if len(hclsyntax.Variables(e)) == 0 {
-		v, diags := e.Value(p.ectx)
-		if diags.HasErrors() {
-			p.addHCL(diags, e.Range())
-			return cty.NilVal, false
-		}
-		if !v.IsWhollyKnown() {
-			p.fail(e.Range(), "value is not known when the job is parsed", "")
-			return cty.NilVal, false
-		}
-		if !valueInRange(v) {
-			p.fail(e.Range(), "number is out of range", "numbers must fit a 64-bit float (about ±1.8e308)")
-			return cty.NilVal, false
-		}
-		return v, true
-	}
-	switch e := e.(type) {
-	case *hclsyntax.TemplateWrapExpr:
-		return p.evalTemplate([]hclsyntax.Expression{e.Wrapped})
-	case *hclsyntax.TemplateExpr:
-		return p.evalTemplate(e.Parts)
-	case *hclsyntax.ParenthesesExpr:
-		return p.eval(e.Expression)
-	case *hclsyntax.TupleConsExpr:
-		vals := make([]cty.Value, 0, len(e.Exprs))
-		ok := true
-		for _, el := range e.Exprs {
-			v, elOK := p.eval(el)
-			ok = ok && elOK
-			vals = append(vals, v)
-		}
-		if !ok {
-			return cty.NilVal, false
-		}
-		return cty.TupleVal(vals), true
-	case *hclsyntax.ObjectConsExpr:
-		return p.evalObject(e)
-	case *hclsyntax.ScopeTraversalExpr:
-		ref := p.source(e.Range())
-		p.fail(e.Range(), fmt.Sprintf("bare reference %s is not allowed here", ref),
-			fmt.Sprintf("runtime values are interpolated inside strings: write \"${%s}\"", ref))
-		return cty.NilVal, false
-	default:
-		p.failRuntime(e)
+	v, diags := e.Value(p.evalCtx(e))
+	if diags.HasErrors() {
+		p.addHCL(diags, e.Range())
 		return cty.NilVal, false
 	}
+	if !v.IsWhollyKnown() {
+		p.fail(e.Range(), "value is not known when the job is parsed", "")
+		return cty.NilVal, false
+	}
+	if !valueInRange(v) {
+		p.fail(e.Range(), "number is out of range", "numbers must fit a 64-bit float (about ±1.8e308)")
+		return cty.NilVal, false
+	}
+	return v, true
 }
 
-func (p *parser) evalTemplate(parts []hclsyntax.Expression) (cty.Value, bool) {
-	var b strings.Builder
-	ok := true
-	for _, part := range parts {
-		if len(hclsyntax.Variables(part)) > 0 {
-			if _, isRef := part.(*hclsyntax.ScopeTraversalExpr); !isRef {
-				p.failRuntime(part)
-				ok = false
-				continue
-			}
-			b.WriteString("${")
-			b.WriteString(p.source(part.Range()))
-			b.WriteString("}")
-			continue
-		}
-		v, diags := part.Value(p.ectx)
-		if diags.HasErrors() {
-			p.addHCL(diags, part.Range())
-			ok = false
-			continue
-		}
-		if v.IsNull() || !v.IsWhollyKnown() {
-			p.fail(part.Range(), "null value in a string template", "")
-			ok = false
-			continue
-		}
-		s, err := convert.Convert(v, cty.String)
-		if err != nil {
-			p.fail(part.Range(), fmt.Sprintf("cannot put a %s into a string", v.Type().FriendlyName()), "")
-			ok = false
-			continue
-		}
-		b.WriteString(s.AsString())
-	}
-	if !ok {
-		return cty.NilVal, false
-	}
-	return cty.StringVal(b.String()), true
-}
-
-func (p *parser) evalObject(e *hclsyntax.ObjectConsExpr) (cty.Value, bool) {
-	vals := make(map[string]cty.Value, len(e.Items))
-	ok := true
-	for _, item := range e.Items {
-		if len(hclsyntax.Variables(item.KeyExpr)) > 0 {
-			p.failRuntime(item.KeyExpr)
-			ok = false
-			continue
-		}
-		kv, diags := item.KeyExpr.Value(p.ectx)
-		if diags.HasErrors() {
-			p.addHCL(diags, item.KeyExpr.Range())
-			ok = false
-			continue
-		}
-		ks, err := convert.Convert(kv, cty.String)
-		if err != nil || ks.IsNull() || !ks.IsKnown() {
-			p.fail(item.KeyExpr.Range(), "object key must be a string", "")
-			ok = false
-			continue
-		}
-		key := ks.AsString()
-		if _, dup := vals[key]; dup {
-			p.fail(item.KeyExpr.Range(), fmt.Sprintf("duplicate key %q", key), "each key may appear once")
-			ok = false
-			continue
-		}
-		v, vOK := p.eval(item.ValueExpr)
-		if !vOK {
-			ok = false
-			continue
-		}
-		vals[key] = v
-	}
-	if !ok {
-		return cty.NilVal, false
-	}
-	return cty.ObjectVal(vals), true
-}
-
-func (p *parser) failRuntime(e hclsyntax.Expression) {
-	var refs []string
+// evalCtx is p.ectx plus placeholders for the runtime references e makes.
+func (p *parser) evalCtx(e hclsyntax.Expression) *hcl.EvalContext {
+	var tree map[string]*refNode
 	for _, t := range hclsyntax.Variables(e) {
-		refs = append(refs, p.source(t.SourceRange()))
+		root := t.RootName()
+		if root == "var" || root == "local" {
+			continue
+		}
+		if tree == nil {
+			tree = map[string]*refNode{}
+		}
+		n := tree[root]
+		if n == nil {
+			n = &refNode{}
+			tree[root] = n
+		}
+		for _, step := range t[1:] {
+			var key string
+			switch s := step.(type) {
+			case hcl.TraverseAttr:
+				key = s.Name
+			case hcl.TraverseIndex:
+				if s.Key.Type() != cty.String || s.Key.IsNull() {
+					key = ""
+				} else {
+					key = s.Key.AsString()
+				}
+			}
+			if key == "" {
+				break
+			}
+			if n.kids == nil {
+				n.kids = map[string]*refNode{}
+			}
+			kid := n.kids[key]
+			if kid == nil {
+				kid = &refNode{}
+				n.kids[key] = kid
+			}
+			n = kid
+		}
+		if n.text == "" {
+			n.text = "${" + p.source(t.SourceRange()) + "}"
+		}
 	}
-	p.fail(e.Range(), fmt.Sprintf("expression uses %s, which is only known at run time", strings.Join(refs, ", ")),
-		"runtime values can only appear as plain interpolations such as \"${NOMAD_ALLOC_ID}\" or \"${attr.unique.hostname}\"; functions, operators and conditionals on them are not supported")
+	if tree == nil {
+		return p.ectx
+	}
+	ctx := p.ectx.NewChild()
+	ctx.Variables = make(map[string]cty.Value, len(tree))
+	for k, n := range tree {
+		ctx.Variables[k] = n.value()
+	}
+	return ctx
+}
+
+// refNode is one step of a runtime reference: a leaf is its "${...}" text,
+// an inner step an object of the steps below it.
+type refNode struct {
+	text string
+	kids map[string]*refNode
+}
+
+func (n *refNode) value() cty.Value {
+	if len(n.kids) == 0 {
+		return cty.StringVal(n.text)
+	}
+	attrs := make(map[string]cty.Value, len(n.kids))
+	for k, kid := range n.kids {
+		attrs[k] = kid.value()
+	}
+	return cty.ObjectVal(attrs)
 }
 
 // source returns the text of r, or "?" if r is not inside the file (which

@@ -16,7 +16,7 @@ import (
 
 // Nomad's defaults, by job type.
 func defaultRestart(jobType string) RestartPolicy {
-	if jobType == TypeBatch {
+	if jobType == TypeBatch || jobType == TypeSysbatch {
 		return RestartPolicy{Attempts: 3, Interval: 24 * time.Hour, Delay: 15 * time.Second, Mode: RestartFail}
 	}
 	return RestartPolicy{Attempts: 2, Interval: 30 * time.Minute, Delay: 15 * time.Second, Mode: RestartFail}
@@ -41,9 +41,16 @@ var portLabelRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 func (p *parser) file(body *hclsyntax.Body) *Job {
 	n := len(p.diags)
 	_, blocks := p.content(body, schema{
-		what:   "the job file",
-		blocks: []blockSpec{{name: "job", label: "job ID", single: true}},
+		what: "the job file",
+		blocks: []blockSpec{
+			{name: "job", label: "job ID", single: true},
+			{name: "variable", label: "variable name"},
+			{name: "variables"},
+			{name: "locals"},
+		},
 	})
+	p.variables(blocks)
+	p.locals(blocks["locals"])
 	jobs := blocks["job"]
 	if len(jobs) == 0 {
 		if len(p.diags) == n {
@@ -64,32 +71,54 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 		Region:      "global",
 		Datacenters: []string{"*"},
 		Priority:    50,
+		NodePool:    "default",
 		Pos:         p.pos(blk.TypeRange),
 	}
-	if strings.ContainsAny(id, " \t\r\n\x00") {
-		p.fail(blk.LabelRanges[0], fmt.Sprintf("job ID %q contains whitespace or a NUL byte", id), "use letters, digits, '-', '_' and '.'")
-	}
 	attrs, blocks := p.content(blk.Body, schema{
-		what:  where,
-		attrs: []string{"type", "namespace", "datacenters", "region", "priority", "meta"},
+		what: where,
+		attrs: []string{"type", "namespace", "datacenters", "region", "priority", "meta", "id", "name",
+			"all_at_once", "node_pool", "consul_token", "vault_token"},
 		blocks: []blockSpec{
 			{name: "periodic", single: true},
+			{name: "parameterized", single: true},
 			{name: "constraint"},
+			{name: "affinity"},
+			{name: "spread"},
 			{name: "group", label: "group name"},
+			{name: "task", label: "task name"},
 			{name: "meta", single: true},
+			{name: "update", single: true},
+			{name: "migrate", single: true},
+			{name: "reschedule", single: true},
+			{name: "multiregion", single: true},
+			{name: "vault", single: true},
 		},
 	})
+	idRange := blk.LabelRanges[0]
+	if a := attrs["id"]; a != nil {
+		if s, ok := p.str(a, where); ok {
+			j.ID, idRange = s, a.Expr.Range()
+			where = fmt.Sprintf("job %q", s)
+		}
+	}
+	switch {
+	case j.ID == "":
+		p.fail(idRange, "job ID is empty", "name the job: job \"<id>\" { ... }")
+	case strings.ContainsAny(j.ID, " \t\r\n\x00"):
+		p.fail(idRange, fmt.Sprintf("job ID %q contains whitespace or a NUL byte", j.ID), "use letters, digits, '-', '_' and '.'")
+	}
+	j.Name = j.ID
+	if s, ok := p.str(attrs["name"], where); ok && s != "" {
+		j.Name = s
+	}
 
 	if a := attrs["type"]; a != nil {
 		if t, ok := p.str(a, where); ok {
 			switch t {
-			case TypeBatch, TypeService:
+			case TypeBatch, TypeService, TypeSystem, TypeSysbatch:
 				j.Type = t
-			case "system", "sysbatch":
-				p.fail(a.Expr.Range(), fmt.Sprintf("job type %q is not supported by berth", t),
-					"system and sysbatch jobs run one allocation on every node of a cluster and berth is a single node: use type = \"batch\" (run to completion) or \"service\" (keep running)")
 			default:
-				p.fail(a.Expr.Range(), fmt.Sprintf("invalid job type %q", t), "use \"batch\" or \"service\"")
+				p.fail(a.Expr.Range(), fmt.Sprintf("invalid job type %q", t), "use \"service\", \"batch\", \"system\" or \"sysbatch\"")
 			}
 		}
 	}
@@ -107,9 +136,10 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 	}
 	if a := attrs["datacenters"]; a != nil {
 		if dcs, ok := p.strList(a, where); ok {
-			if len(dcs) == 0 || slices.Contains(dcs, "") {
-				p.fail(a.Expr.Range(), "datacenters must list at least one non-empty name", "omit it to mean any datacenter (\"*\")")
-			} else {
+			switch {
+			case slices.Contains(dcs, ""):
+				p.fail(a.Expr.Range(), "datacenters must not contain an empty name", "omit it to mean any datacenter (\"*\")")
+			case len(dcs) > 0:
 				j.Datacenters = dcs
 			}
 		}
@@ -120,108 +150,164 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
 		j.Meta = m
 	}
+	if a := attrs["node_pool"]; a != nil {
+		if s, ok := p.str(a, where); ok && s != "" {
+			j.NodePool = s
+		}
+		p.warn(a.NameRange, fmt.Sprintf("node_pool in %s does not apply on one node", where),
+			"berth's node is in node pool \"default\"; a job in another pool (not \"all\") is refused by run")
+	}
+	if a := attrs["all_at_once"]; a != nil {
+		p.boolean(a, where)
+		p.warn(a.NameRange, fmt.Sprintf("all_at_once in %s does not apply on one node; accepted and ignored", where),
+			"it asks the scheduler to place all allocations at once across the cluster")
+	}
+	for _, name := range []string{"consul_token", "vault_token"} {
+		if a := attrs[name]; a != nil {
+			p.str(a, where)
+			p.warn(a.NameRange, fmt.Sprintf("%s in %s is accepted and ignored", name, where), "berth has neither Consul nor Vault")
+		}
+	}
 	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where); ok {
+		if c, ok := p.constraint(b, where, false); ok {
 			j.Constraints = append(j.Constraints, c)
 		}
 	}
+	for _, b := range blocks["affinity"] {
+		if j.Type == TypeSystem {
+			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have an affinity block", j.ID), "")
+		}
+		p.affinity(b, where)
+	}
+	for _, b := range blocks["spread"] {
+		if j.Type == TypeSystem {
+			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have a spread block", j.ID), "")
+		}
+		p.spread(b, where)
+	}
+	if bs := blocks["update"]; len(bs) > 0 {
+		p.checkUpdateAllowed(bs[0], j)
+		p.update(bs[0], where)
+	}
+	if bs := blocks["migrate"]; len(bs) > 0 {
+		p.checkMigrateAllowed(bs[0], j)
+		p.migrate(bs[0], where)
+	}
+	if bs := blocks["multiregion"]; len(bs) > 0 {
+		p.check(bs[0], multiregionShape, "multiregion block in "+where)
+		p.clusterOnly(bs[0], where, "multiregion deploys a job to several regions of a federation")
+	}
+	if bs := blocks["vault"]; len(bs) > 0 {
+		p.jobVault = p.vault(bs[0], where)
+	}
+	var resched *hclsyntax.Block
+	if bs := blocks["reschedule"]; len(bs) > 0 {
+		resched = bs[0]
+	}
+	p.jobResched = resched
 	if bs := blocks["periodic"]; len(bs) > 0 {
 		j.Periodic = p.periodic(bs[0], where)
-		if j.Type != TypeBatch {
-			p.fail(bs[0].TypeRange, fmt.Sprintf("periodic is only allowed in batch jobs; %s is a %s job", where, j.Type),
+		if !j.RunsToCompletion() && j.Periodic.Enabled {
+			p.fail(bs[0].TypeRange, fmt.Sprintf("periodic can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", where, j.Type),
+				"set type = \"batch\"")
+		}
+	}
+	if bs := blocks["parameterized"]; len(bs) > 0 {
+		j.Parameterized = p.parameterized(bs[0], where)
+		if !j.RunsToCompletion() {
+			p.fail(bs[0].TypeRange, fmt.Sprintf("parameterized can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", where, j.Type),
 				"set type = \"batch\"")
 		}
 	}
 
+	// Groups and, in the older form Nomad still reads, tasks written
+	// directly in the job: each becomes a group of its own name.
+	type entry struct {
+		blk  *hclsyntax.Block
+		task bool
+	}
+	var entries []entry
+	for _, b := range blk.Body.Blocks {
+		if (b.Type == "group" || b.Type == "task") && len(b.Labels) == 1 {
+			entries = append(entries, entry{b, b.Type == "task"})
+		}
+	}
 	seen := map[string]*hclsyntax.Block{}
-	for _, b := range blocks["group"] {
-		name := b.Labels[0]
+	for _, e := range entries {
+		name := e.blk.Labels[0]
 		if first, dup := seen[name]; dup {
-			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate group %q in %s", name, where),
-				fmt.Sprintf("group names must be unique; the first is at %s", p.pos(first.TypeRange)))
+			p.fail(e.blk.LabelRanges[0], fmt.Sprintf("duplicate group %q in %s", name, where),
+				fmt.Sprintf("group names must be unique (a task written directly in the job is a group of its name); the first is at %s", p.pos(first.TypeRange)))
 			continue
 		}
-		seen[name] = b
-		j.Groups = append(j.Groups, p.group(b, j))
+		seen[name] = e.blk
+		if e.task {
+			j.Groups = append(j.Groups, p.taskGroup(e.blk, j))
+		} else {
+			j.Groups = append(j.Groups, p.group(e.blk, j))
+		}
 	}
-	if !hasBlock(blk.Body, "group") {
+	if len(entries) == 0 && !hasBlock(blk.Body, "dynamic") {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no group", where), "add group \"<name>\" { task \"<name>\" { driver = \"...\" } }")
 	}
+	p.jobVault, p.jobResched = nil, nil
 
-	if dc := p.opts.Node["node.datacenter"]; dc != "" && !slices.Contains(j.Datacenters, "*") && !slices.Contains(j.Datacenters, dc) {
-		p.warn(blk.TypeRange, fmt.Sprintf("datacenters %v do not include this node's datacenter %q", j.Datacenters, dc),
-			"berth runs the job anyway; Nomad would not place it on this node")
+	if p.opts.Node != nil {
+		for _, u := range j.Unmet(p.opts.Node) {
+			consequence := "; the file is valid, but run refuses the job on this node"
+			if u.Kind == PlaceDatacenters {
+				consequence = "; berth runs the job anyway (its node's datacenter is not configurable yet); Nomad would not place it here"
+			}
+			p.warns = append(p.warns, Diagnostic{File: u.Pos.File, Line: u.Pos.Line, Column: u.Pos.Column,
+				Summary: fmt.Sprintf("%s in %s is not met by this node", u.What, u.Where),
+				Detail:  u.Node + consequence})
+		}
 	}
 	return j
 }
 
-func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
-	name := blk.Labels[0]
-	where := fmt.Sprintf("group %q", name)
-	p.checkName(blk, "group")
-	g := &Group{
-		Name:       name,
-		Count:      1,
-		Restart:    defaultRestart(j.Type),
-		Reschedule: defaultReschedule(j.Type),
-		Network:    Network{Mode: NetworkHost, Pos: p.pos(blk.TypeRange), ModePos: p.pos(blk.TypeRange)},
-		Pos:        p.pos(blk.TypeRange),
+func (p *parser) checkUpdateAllowed(b *hclsyntax.Block, j *Job) {
+	if j.RunsToCompletion() {
+		p.fail(b.TypeRange, fmt.Sprintf("job type %q does not allow an update block", j.Type), "remove it: batch jobs are not deployed")
 	}
-	attrs, blocks := p.content(blk.Body, schema{
-		what:  where,
-		attrs: []string{"count", "meta"},
-		blocks: []blockSpec{
-			{name: "restart", single: true},
-			{name: "reschedule", single: true},
-			{name: "network", single: true},
-			{name: "constraint"},
-			{name: "meta", single: true},
-			{name: "task", label: "task name"},
-		},
-	})
-	if v, ok := p.integer(attrs["count"], where, 0, maxInt32); ok {
-		g.Count = v
+}
+
+func (p *parser) checkMigrateAllowed(b *hclsyntax.Block, j *Job) {
+	if j.Type != TypeService {
+		p.fail(b.TypeRange, fmt.Sprintf("job type %q does not allow a migrate block", j.Type), "migrate is for service jobs")
 	}
-	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
-		g.Meta = m
+}
+
+func (p *parser) parameterized(blk *hclsyntax.Block, where string) *Parameterized {
+	w := "parameterized block in " + where
+	attrs, _ := p.content(blk.Body, schema{what: w, attrs: []string{"payload", "meta_required", "meta_optional"}})
+	pj := &Parameterized{Payload: PayloadOptional, Pos: p.pos(blk.TypeRange)}
+	p.oneOf(attrs["payload"], w, &pj.Payload, PayloadOptional, PayloadRequired, PayloadForbidden)
+	if l, ok := p.strList(attrs["meta_required"], w); ok {
+		pj.MetaRequired = l
 	}
-	if bs := blocks["restart"]; len(bs) > 0 {
-		g.Restart = p.restart(bs[0], g.Restart, where)
+	if l, ok := p.strList(attrs["meta_optional"], w); ok {
+		pj.MetaOptional = l
 	}
-	if bs := blocks["reschedule"]; len(bs) > 0 {
-		g.Reschedule = p.reschedule(bs[0], g.Reschedule, where)
-	}
-	if bs := blocks["network"]; len(bs) > 0 {
-		g.Network = p.network(bs[0], where)
-	}
-	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where); ok {
-			g.Constraints = append(g.Constraints, c)
+	var both []string
+	for _, k := range pj.MetaRequired {
+		if slices.Contains(pj.MetaOptional, k) {
+			both = append(both, k)
 		}
 	}
-	seen := map[string]*hclsyntax.Block{}
-	var leader *hclsyntax.Block
-	for _, b := range blocks["task"] {
-		tname := b.Labels[0]
-		if first, dup := seen[tname]; dup {
-			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate task %q in %s", tname, where),
-				fmt.Sprintf("task names must be unique in a group; the first is at %s", p.pos(first.TypeRange)))
-			continue
-		}
-		seen[tname] = b
-		t := p.task(b, g, where)
-		if t.Leader {
-			if leader != nil {
-				p.fail(b.TypeRange, fmt.Sprintf("task %q and task %q in %s are both leader", leader.Labels[0], tname, where),
-					"at most one task of a group may set leader = true")
-			}
-			leader = b
-		}
-		g.Tasks = append(g.Tasks, t)
+	if len(both) > 0 {
+		p.fail(attrs["meta_optional"].Expr.Range(), fmt.Sprintf("meta_required and meta_optional in %s share keys: %s", w, strings.Join(both, ", ")),
+			"a key is either required or optional")
 	}
-	if !hasBlock(blk.Body, "task") {
-		p.fail(blk.TypeRange, fmt.Sprintf("%s has no task", where), "add task \"<name>\" { driver = \"...\" config { ... } }")
-	}
+	return pj
+}
+
+// taskGroup is a task written directly in the job: a group of count 1
+// named after it, holding it.
+func (p *parser) taskGroup(blk *hclsyntax.Block, j *Job) *Group {
+	g := p.newGroup(blk, j)
+	g.Tasks = []*Task{p.task(blk, g, j, fmt.Sprintf("group %q", g.Name))}
+	p.finishGroup(g, blk, j, fmt.Sprintf("group %q", g.Name))
 	return g
 }
 
@@ -325,9 +411,13 @@ func (p *parser) network(blk *hclsyntax.Block, where string) Network {
 	n := Network{Mode: NetworkHost, Pos: p.pos(blk.TypeRange), ModePos: p.pos(blk.TypeRange)}
 	attrs, blocks := p.content(blk.Body, schema{
 		what:   w,
-		attrs:  []string{"mode", "hostname"},
+		attrs:  []string{"mode", "hostname", "mbits"},
 		blocks: []blockSpec{{name: "port", label: "port label"}, {name: "dns", single: true}, {name: "cni", single: true}},
 	})
+	if a := attrs["mbits"]; a != nil {
+		p.integer(a, w, 0, maxInt32)
+		p.warn(a.NameRange, fmt.Sprintf("mbits in %s is deprecated in Nomad and ignored", w), "")
+	}
 	if a := attrs["mode"]; a != nil {
 		n.ModePos = p.pos(a.Expr.Range())
 		if m, ok := p.str(a, w); ok {
@@ -446,100 +536,6 @@ func (p *parser) dns(blk *hclsyntax.Block, where string) *DNS {
 	return d
 }
 
-func (p *parser) task(blk *hclsyntax.Block, g *Group, groupWhere string) *Task {
-	name := blk.Labels[0]
-	where := fmt.Sprintf("task %q in %s", name, groupWhere)
-	p.checkName(blk, "task")
-	t := &Task{
-		Name:        name,
-		Config:      map[string]any{},
-		KillTimeout: defaultKillTimeout,
-		Resources:   Resources{CPU: 100, MemoryMB: 300},
-		Restart:     g.Restart,
-		Pos:         p.pos(blk.TypeRange),
-		ConfigPos:   p.pos(blk.TypeRange),
-		DriverPos:   p.pos(blk.TypeRange),
-	}
-	attrs, blocks := p.content(blk.Body, schema{
-		what:  where,
-		attrs: []string{"driver", "kill_timeout", "leader", "user", "env", "meta"},
-		blocks: []blockSpec{
-			{name: "config", single: true},
-			{name: "env", single: true},
-			{name: "meta", single: true},
-			{name: "resources", single: true},
-			{name: "restart", single: true},
-			{name: "constraint"},
-		},
-	})
-
-	n := len(p.diags)
-	da := attrs["driver"]
-	if d, ok := p.str(da, where); ok && d != "" {
-		t.Driver = d
-		t.DriverPos = p.pos(da.Expr.Range())
-	} else if len(p.diags) == n {
-		r := blk.TypeRange
-		if da != nil {
-			r = da.Expr.Range()
-		}
-		p.fail(r, fmt.Sprintf("task %q has no driver", name), "add driver = \"<name>\""+p.knownDrivers("; known drivers: "))
-	}
-
-	cfgOK := true
-	cfgRange := blk.TypeRange
-	if bs := blocks["config"]; len(bs) > 0 {
-		cfgRange = bs[0].TypeRange
-		t.ConfigPos = p.pos(cfgRange)
-		t.Config, cfgOK = p.config(bs[0].Body, "config block of "+where)
-	}
-	if t.Driver != "" && p.opts.Drivers != nil {
-		validate, known := p.opts.Drivers[t.Driver]
-		switch {
-		case !known:
-			p.fail(da.Expr.Range(), fmt.Sprintf("unknown driver %q in %s", t.Driver, where), p.knownDrivers("known drivers: "))
-		case validate != nil && cfgOK:
-			if err := validate(t.Config); err != nil {
-				p.fail(cfgRange, fmt.Sprintf("invalid config for driver %q in %s: %v", t.Driver, where, err), "")
-			}
-		}
-	}
-
-	if env, r, ok := p.stringMap("env", attrs, blocks, where); ok && env != nil {
-		for k, v := range env {
-			if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
-				p.fail(r, fmt.Sprintf("invalid environment variable %q in %s", k, where),
-					"names must be non-empty without '=' or NUL, values without NUL")
-			}
-		}
-		t.Env = env
-	}
-	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
-		t.Meta = m
-	}
-	if d, ok := p.duration(attrs["kill_timeout"], where); ok {
-		t.KillTimeout = d
-	}
-	if b, ok := p.boolean(attrs["leader"], where); ok {
-		t.Leader = b
-	}
-	if s, ok := p.str(attrs["user"], where); ok {
-		t.User = s
-	}
-	if bs := blocks["resources"]; len(bs) > 0 {
-		t.Resources = p.resources(bs[0], t.Resources, where)
-	}
-	if bs := blocks["restart"]; len(bs) > 0 {
-		t.Restart = p.restart(bs[0], g.Restart, where)
-	}
-	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where); ok {
-			t.Constraints = append(t.Constraints, c)
-		}
-	}
-	return t
-}
-
 func (p *parser) knownDrivers(prefix string) string {
 	if p.opts.Drivers == nil {
 		return ""
@@ -596,33 +592,6 @@ func (p *parser) config(body *hclsyntax.Body, where string) (map[string]any, boo
 		out[b.Type] = append(list, m)
 	}
 	return out, ok
-}
-
-func (p *parser) resources(blk *hclsyntax.Block, base Resources, where string) Resources {
-	w := "resources block in " + where
-	attrs, _ := p.content(blk.Body, schema{what: w, attrs: []string{"cpu", "cores", "memory", "memory_max"}})
-	r := base
-	if v, ok := p.integer(attrs["cpu"], w, 1, maxInt32); ok {
-		r.CPU = v
-	}
-	if v, ok := p.integer(attrs["cores"], w, 0, maxInt32); ok && v > 0 {
-		if attrs["cpu"] != nil {
-			p.fail(attrs["cores"].NameRange, fmt.Sprintf("%s sets both cpu and cores", w), "reserve either MHz (cpu) or whole cores (cores), not both")
-		}
-		r.Cores, r.CPU = v, 0
-	}
-	if v, ok := p.integer(attrs["memory"], w, 10, maxInt32); ok {
-		r.MemoryMB = v
-	}
-	if a := attrs["memory_max"]; a != nil {
-		if v, ok := p.integer(a, w, 0, maxInt32); ok {
-			if v != 0 && v < r.MemoryMB {
-				p.fail(a.Expr.Range(), fmt.Sprintf("memory_max (%d MB) in %s is below memory (%d MB)", v, w, r.MemoryMB), "memory_max is the upper limit: make it >= memory")
-			}
-			r.MemoryMaxMB = v
-		}
-	}
-	return r
 }
 
 // rangeOfElement is the source range of list element i when the list is

@@ -1,17 +1,21 @@
-// Package jobspec parses and validates Nomad-style HCL job files for berth.
+// Package jobspec parses and validates Nomad job files for berth.
 //
-// It accepts the subset of Nomad's job specification that means something
-// on a single node, fills in Nomad's defaults, and rejects everything else
-// with a file:line:col error: unknown blocks and attributes are never
-// skipped silently. Runtime interpolations such as "${NOMAD_ALLOC_ID}" are
-// kept as literal text, as Nomad does; the runner resolves them with
-// Interpolate.
+// It reads Nomad 1.6.5's job language (HCL2 with variables, locals and
+// Nomad's functions) and accepts what Nomad accepts: blocks that only mean
+// something to a cluster, or need a service berth does not have, are
+// accepted with one warning each. Whether this node can run the job
+// (constraints, datacenters, node pool) is Placement's question, not
+// validation's. Anything Nomad does not know is a file:line:col error:
+// unknown blocks and attributes are never skipped silently. Runtime
+// interpolations such as "${NOMAD_ALLOC_ID}" are kept as literal text, as
+// Nomad does; the runner resolves them with Interpolate.
 package jobspec
 
 import (
 	"fmt"
 	"math/big"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -40,6 +44,20 @@ type ParseOptions struct {
 	Drivers map[string]func(config map[string]any) error
 	// Network is called with <name> for network mode "cni/<name>".
 	Network func(name string) error
+	// Vars are -var NAME=VALUE arguments, in order (a later one wins).
+	Vars []string
+	// VarFiles are -var-file paths, HCL or (named *.json) JSON, in order.
+	VarFiles []string
+	// Env is searched for NOMAD_VAR_<name>=<value>; the caller passes
+	// os.Environ() to honour the process environment, nil for none.
+	Env []string
+	// BaseDir is where file() and the other filesystem functions resolve
+	// relative paths, as Nomad: the working directory when empty. A path
+	// missing there is looked up next to the job file.
+	BaseDir string
+	// AllowFS enables the filesystem functions (file, fileexists, ...),
+	// as Nomad's CLI does; without it they are errors, as in Nomad's API.
+	AllowFS bool
 }
 
 // ParseFile reads and parses one job file; see Parse.
@@ -58,12 +76,25 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 	if filename == "" {
 		filename = "<input>"
 	}
+	base := opts.BaseDir
+	if base == "" {
+		base, _ = os.Getwd()
+	}
+	jobDir := ""
+	if filename != "<input>" {
+		if abs, err := filepath.Abs(filename); err == nil {
+			jobDir = filepath.Dir(abs)
+		}
+	}
 	p := &parser{
 		filename: filename,
 		src:      src,
 		opts:     opts,
-		ectx:     &hcl.EvalContext{},
-		now:      time.Now(),
+		ectx: &hcl.EvalContext{
+			Functions: functions(base, jobDir, opts.AllowFS),
+			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
+		},
+		now: time.Now(),
 	}
 	f, hdiags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hdiags.HasErrors() {
@@ -97,6 +128,19 @@ type parser struct {
 	warns    Diagnostics
 	ectx     *hcl.EvalContext
 	now      time.Time
+	vars     map[string]*variable
+	// The job's vault and reschedule blocks, which its groups inherit.
+	jobVault   *Vault
+	jobResched *hclsyntax.Block
+}
+
+// failAt and warnAt report at a position already recorded in the job.
+func (p *parser) failAt(pos Pos, summary, detail string) {
+	p.diags = append(p.diags, Diagnostic{File: pos.File, Line: pos.Line, Column: pos.Column, Summary: clip(summary), Detail: clip(detail)})
+}
+
+func (p *parser) warnAt(pos Pos, summary, detail string) {
+	p.warns = append(p.warns, Diagnostic{File: pos.File, Line: pos.Line, Column: pos.Column, Summary: summary, Detail: detail})
 }
 
 func (p *parser) fileStart() hcl.Range {
@@ -248,6 +292,11 @@ func (p *parser) content(b *hclsyntax.Body, s schema) (map[string]*hclsyntax.Att
 	blocks := make(map[string][]*hclsyntax.Block)
 	for _, blk := range b.Blocks {
 		spec := s.block(blk.Type)
+		if spec == nil && blk.Type == "dynamic" && !s.anyAttrs {
+			p.fail(blk.TypeRange, fmt.Sprintf("dynamic blocks are not supported by berth yet (in %s)", s.what),
+				"Nomad accepts them; write the blocks out one by one")
+			continue
+		}
 		if spec == nil {
 			if s.anyAttrs || slices.Contains(s.attrs, blk.Type) {
 				p.fail(blk.TypeRange, fmt.Sprintf("%q in %s is an attribute, not a block", blk.Type, s.what),
@@ -414,6 +463,20 @@ func (p *parser) integer(a *hclsyntax.Attribute, where string, lo, hi int64) (in
 		return 0, false
 	}
 	return int(i), true
+}
+
+func (p *parser) number(a *hclsyntax.Attribute, where string) (float64, bool) {
+	v, ok := p.value(a)
+	if !ok {
+		return 0, false
+	}
+	n, err := convert.Convert(v, cty.Number)
+	if err != nil {
+		p.fail(a.Expr.Range(), fmt.Sprintf("%s in %s must be a number, got %s", a.Name, where, describe(v)), "")
+		return 0, false
+	}
+	f, _ := n.AsBigFloat().Float64()
+	return f, true
 }
 
 func (p *parser) duration(a *hclsyntax.Attribute, where string) (time.Duration, bool) {

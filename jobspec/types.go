@@ -6,11 +6,27 @@ import (
 	"time"
 )
 
-// Job types berth runs. Nomad's system and sysbatch need a cluster of
-// nodes to mean anything, so berth rejects them.
+// Job types, as Nomad's. On one node a system job is a service job with
+// one allocation per group, and a sysbatch job a batch job likewise.
 const (
-	TypeBatch   = "batch"
-	TypeService = "service"
+	TypeBatch    = "batch"
+	TypeService  = "service"
+	TypeSystem   = "system"
+	TypeSysbatch = "sysbatch"
+)
+
+// Lifecycle hooks.
+const (
+	HookPrestart  = "prestart"
+	HookPoststart = "poststart"
+	HookPoststop  = "poststop"
+)
+
+// Parameterized payload requirements.
+const (
+	PayloadOptional  = "optional"
+	PayloadRequired  = "required"
+	PayloadForbidden = "forbidden"
 )
 
 // Network modes besides "cni/<name>".
@@ -30,7 +46,9 @@ const (
 
 // Job is a parsed, validated job with every default filled in.
 type Job struct {
-	ID          string            `json:"id"`
+	ID string `json:"id"`
+	// Name is the job's name attribute; it defaults to ID.
+	Name        string            `json:"name"`
 	Type        string            `json:"type"`
 	Namespace   string            `json:"namespace"`
 	Region      string            `json:"region"`
@@ -39,12 +57,33 @@ type Job struct {
 	Meta        map[string]string `json:"meta,omitempty"`
 	Constraints []Constraint      `json:"constraints,omitempty"`
 	Periodic    *Periodic         `json:"periodic,omitempty"`
-	Groups      []*Group          `json:"groups"`
+	// NodePool is recorded as written ("default" when unset); Placement
+	// refuses a pool other than "default" and "all".
+	NodePool string `json:"node_pool"`
+	// Parameterized makes the job a template that only `job dispatch`
+	// runs; nil for ordinary jobs.
+	Parameterized *Parameterized `json:"parameterized,omitempty"`
+	// ParentID, Dispatched and Payload are set on a job made by Dispatch.
+	ParentID   string   `json:"parent_id,omitempty"`
+	Dispatched bool     `json:"dispatched,omitempty"`
+	Payload    []byte   `json:"payload,omitempty"`
+	Groups     []*Group `json:"groups"`
 	// Warnings are accepted constructs that do nothing on berth (reschedule,
 	// a datacenter list without this node's datacenter).
 	Warnings []Diagnostic `json:"warnings,omitempty"`
 	Pos      Pos          `json:"pos"`
 }
+
+// RunsToCompletion reports whether the job's tasks are done once they
+// exit successfully (batch, sysbatch) rather than kept running (service,
+// system).
+func (j *Job) RunsToCompletion() bool {
+	return j.Type == TypeBatch || j.Type == TypeSysbatch
+}
+
+// IsParameterized reports whether the job only runs when dispatched: it
+// has a parameterized block and is not itself a dispatched child.
+func (j *Job) IsParameterized() bool { return j.Parameterized != nil && !j.Dispatched }
 
 // Group returns the group with that name, or nil.
 func (j *Job) Group(name string) *Group {
@@ -66,8 +105,116 @@ type Group struct {
 	Restart     RestartPolicy     `json:"restart"`
 	Reschedule  ReschedulePolicy  `json:"reschedule"`
 	Network     Network           `json:"network"`
-	Tasks       []*Task           `json:"tasks"`
-	Pos         Pos               `json:"pos"`
+	// ShutdownDelay is the group's shutdown_delay: the wait between
+	// deregistering its services and stopping its tasks.
+	ShutdownDelay time.Duration      `json:"shutdown_delay,omitempty"`
+	EphemeralDisk EphemeralDisk      `json:"ephemeral_disk"`
+	Volumes       map[string]*Volume `json:"volumes,omitempty"`
+	Services      []*Service         `json:"services,omitempty"`
+	Tasks         []*Task            `json:"tasks"`
+	Pos           Pos                `json:"pos"`
+}
+
+// Parameterized is a parameterized block.
+type Parameterized struct {
+	// Payload is PayloadOptional (the default), PayloadRequired or
+	// PayloadForbidden.
+	Payload      string   `json:"payload"`
+	MetaRequired []string `json:"meta_required,omitempty"`
+	MetaOptional []string `json:"meta_optional,omitempty"`
+	Pos          Pos      `json:"pos"`
+}
+
+// EphemeralDisk is the group's ephemeral_disk block (Nomad's defaults:
+// 300 MB, not sticky, not migrated). Only SizeMB is checked (against the
+// tasks' log storage, as Nomad).
+type EphemeralDisk struct {
+	SizeMB  int  `json:"size"`
+	Sticky  bool `json:"sticky,omitempty"`
+	Migrate bool `json:"migrate,omitempty"`
+}
+
+// Volume is a group volume block. Type "host" names a host volume of the
+// agent configuration; "csi" a CSI volume, which berth cannot mount.
+type Volume struct {
+	Name           string   `json:"name"`
+	Type           string   `json:"type"`
+	Source         string   `json:"source"`
+	ReadOnly       bool     `json:"read_only,omitempty"`
+	AccessMode     string   `json:"access_mode,omitempty"`
+	AttachmentMode string   `json:"attachment_mode,omitempty"`
+	PerAlloc       bool     `json:"per_alloc,omitempty"`
+	FSType         string   `json:"fs_type,omitempty"`
+	MountFlags     []string `json:"mount_flags,omitempty"`
+	Pos            Pos      `json:"pos"`
+}
+
+// VolumeMount is a task's volume_mount block.
+type VolumeMount struct {
+	Volume          string `json:"volume"`
+	Destination     string `json:"destination"`
+	ReadOnly        bool   `json:"read_only,omitempty"`
+	PropagationMode string `json:"propagation_mode,omitempty"`
+	Pos             Pos    `json:"pos"`
+}
+
+// Lifecycle is a task's lifecycle block; a task without one (or with an
+// empty hook, which Nomad drops) is a main task.
+type Lifecycle struct {
+	Hook    string `json:"hook"`
+	Sidecar bool   `json:"sidecar,omitempty"`
+}
+
+// Logs is a task's logs block, with Nomad's defaults (10 files of 10 MB).
+type Logs struct {
+	MaxFiles      int  `json:"max_files"`
+	MaxFileSizeMB int  `json:"max_file_size"`
+	Disabled      bool `json:"disabled,omitempty"`
+}
+
+// Artifact is a task's artifact block: something fetched into the task
+// directory before the task starts.
+type Artifact struct {
+	Source string `json:"source"`
+	// Destination is relative to the task directory ("local/" unless set);
+	// Parse has checked it stays inside the allocation directory.
+	Destination string `json:"destination"`
+	// Mode is "any" (the default: a file or an unpacked archive), "file"
+	// or "dir".
+	Mode string `json:"mode"`
+	// Options are go-getter options; Checksum is options.checksum split
+	// into its type ("sha256") and hex value.
+	Options      map[string]string `json:"options,omitempty"`
+	ChecksumType string            `json:"checksum_type,omitempty"`
+	Checksum     string            `json:"checksum,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Pos          Pos               `json:"pos"`
+}
+
+// DispatchPayload says where a dispatched job's payload is written,
+// relative to the task's local/ directory.
+type DispatchPayload struct {
+	File string `json:"file"`
+	Pos  Pos    `json:"pos"`
+}
+
+// Vault is a vault block. Berth has no Vault: a job with one is accepted
+// with a warning and the task gets no token.
+type Vault struct {
+	Policies     []string `json:"policies,omitempty"`
+	Namespace    string   `json:"namespace,omitempty"`
+	Env          bool     `json:"env"`
+	DisableFile  bool     `json:"disable_file,omitempty"`
+	ChangeMode   string   `json:"change_mode"`
+	ChangeSignal string   `json:"change_signal,omitempty"`
+	Pos          Pos      `json:"pos"`
+}
+
+// Identity is a task's identity block (workload identity), recorded only.
+type Identity struct {
+	Env  bool `json:"env,omitempty"`
+	File bool `json:"file,omitempty"`
+	Pos  Pos  `json:"pos"`
 }
 
 // Task returns the task with that name, or nil.
@@ -161,6 +308,25 @@ type Task struct {
 	User        string            `json:"user,omitempty"`
 	Restart     RestartPolicy     `json:"restart"`
 	Constraints []Constraint      `json:"constraints,omitempty"`
+	// KillSignal is sent to stop the task (default SIGTERM, as "" here).
+	KillSignal string `json:"kill_signal,omitempty"`
+	// ShutdownDelay is waited between deregistering the task's services
+	// and sending KillSignal.
+	ShutdownDelay time.Duration `json:"shutdown_delay,omitempty"`
+	// MaxRunDuration, when set, is how long the task may run before it is
+	// killed and fails. Not in Nomad 1.6.5 (see README).
+	MaxRunDuration  time.Duration    `json:"max_run_duration,omitempty"`
+	Lifecycle       *Lifecycle       `json:"lifecycle,omitempty"`
+	Logs            Logs             `json:"logs"`
+	Artifacts       []*Artifact      `json:"artifacts,omitempty"`
+	DispatchPayload *DispatchPayload `json:"dispatch_payload,omitempty"`
+	Templates       []*Template      `json:"templates,omitempty"`
+	Services        []*Service       `json:"services,omitempty"`
+	VolumeMounts    []*VolumeMount   `json:"volume_mounts,omitempty"`
+	Vault           *Vault           `json:"vault,omitempty"`
+	Identity        *Identity        `json:"identity,omitempty"`
+	// Kind is Nomad's task kind (Consul Connect proxies); recorded only.
+	Kind string `json:"kind,omitempty"`
 	// Pos is the task block; ConfigPos its config block (the task block when
 	// there is none); DriverPos the driver attribute.
 	Pos       Pos `json:"pos"`
@@ -168,14 +334,22 @@ type Task struct {
 	DriverPos Pos `json:"driver_pos"`
 }
 
+// IsMain reports whether the task is a main task (no lifecycle hook).
+func (t *Task) IsMain() bool { return t.Lifecycle == nil || t.Lifecycle.Hook == "" }
+
 // Resources is accepted and recorded with Nomad's defaults (cpu 100 MHz,
 // memory 300 MB).
 type Resources struct {
-	CPU         int `json:"cpu,omitempty"`
-	Cores       int `json:"cores,omitempty"`
-	MemoryMB    int `json:"memory"`
+	CPU      int `json:"cpu,omitempty"`
+	Cores    int `json:"cores,omitempty"`
+	MemoryMB int `json:"memory"`
+	// MemoryMaxMB is the hard limit when above MemoryMB; 0 means MemoryMB
+	// is the limit and MemoryUnlimited (-1) means no limit.
 	MemoryMaxMB int `json:"memory_max,omitempty"`
 }
+
+// MemoryUnlimited is memory_max = -1.
+const MemoryUnlimited = -1
 
 // Durations are written as Go duration strings ("15s") in JSON, the form
 // the job file uses. The shadow structs below do only that.
@@ -237,20 +411,56 @@ func (t Task) MarshalJSON() ([]byte, error) {
 	type plain Task
 	return json.Marshal(struct {
 		plain
-		KillTimeout string `json:"kill_timeout"`
-	}{plain(t), t.KillTimeout.String()})
+		KillTimeout    string `json:"kill_timeout"`
+		ShutdownDelay  string `json:"shutdown_delay,omitempty"`
+		MaxRunDuration string `json:"max_run_duration,omitempty"`
+	}{plain(t), t.KillTimeout.String(), durText(t.ShutdownDelay), durText(t.MaxRunDuration)})
 }
 
 func (t *Task) UnmarshalJSON(b []byte) error {
 	type plain Task
 	aux := struct {
 		*plain
-		KillTimeout string `json:"kill_timeout"`
+		KillTimeout    string `json:"kill_timeout"`
+		ShutdownDelay  string `json:"shutdown_delay,omitempty"`
+		MaxRunDuration string `json:"max_run_duration,omitempty"`
 	}{plain: (*plain)(t)}
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
-	return parseDurations(map[string]durField{"task.kill_timeout": {aux.KillTimeout, &t.KillTimeout}})
+	return parseDurations(map[string]durField{
+		"task.kill_timeout":     {aux.KillTimeout, &t.KillTimeout},
+		"task.shutdown_delay":   {aux.ShutdownDelay, &t.ShutdownDelay},
+		"task.max_run_duration": {aux.MaxRunDuration, &t.MaxRunDuration},
+	})
+}
+
+func (g Group) MarshalJSON() ([]byte, error) {
+	type plain Group
+	return json.Marshal(struct {
+		plain
+		ShutdownDelay string `json:"shutdown_delay,omitempty"`
+	}{plain(g), durText(g.ShutdownDelay)})
+}
+
+func (g *Group) UnmarshalJSON(b []byte) error {
+	type plain Group
+	aux := struct {
+		*plain
+		ShutdownDelay string `json:"shutdown_delay,omitempty"`
+	}{plain: (*plain)(g)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	return parseDurations(map[string]durField{"group.shutdown_delay": {aux.ShutdownDelay, &g.ShutdownDelay}})
+}
+
+// durText leaves an unset duration out of JSON.
+func durText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }
 
 type durField struct {

@@ -560,7 +560,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
 		success := err == nil && res.Successful()
-		if success && a.job.Type == jobspec.TypeBatch {
+		if success && a.job.RunsToCompletion() {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
 		}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/berth/berth/driver"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error ValidateConfig returns.
@@ -19,6 +22,17 @@ type ConfigError struct {
 	Driver string
 	Field  string
 	Msg    string
+	// Key is the config key to point at when Field is empty (the first
+	// unknown key).
+	Key string
+}
+
+// ConfigField names the key for jobspec's positions.
+func (e *ConfigError) ConfigField() string {
+	if e.Field != "" {
+		return e.Field
+	}
+	return e.Key
 }
 
 func (e *ConfigError) Error() string {
@@ -35,36 +49,62 @@ func (e *ConfigError) Error() string {
 // Is makes errors.Is(err, ErrInvalidConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// TaskConfig is the decoded config block of a raw_exec or exec task.
+// TaskConfig is the decoded config block of a raw_exec or exec task, with
+// the keys Nomad's raw_exec and exec drivers document.
 type TaskConfig struct {
 	Command string
 	Args    []string
-	// WorkDir is `work_dir` (or its alias `cwd`); empty means the working
-	// directory of berth.
+	// WorkDir is `work_dir` (or berth's older `cwd`, deprecated); empty
+	// means the working directory of berth.
 	WorkDir string
+	// PIDMode and IPCMode are "private" (the default, as "") or "host".
+	PIDMode string
+	IPCMode string
+	// CapAdd and CapDrop are capability names, lower case without "cap_"
+	// ("net_bind_service"), or "all".
+	CapAdd  []string
+	CapDrop []string
+	// OOMScoreAdj is the task's oom_score_adj, 0 to 1000.
+	OOMScoreAdj int
+	// DeniedEnvvars are names (globs, "AWS_*") removed from the task's
+	// environment.
+	DeniedEnvvars []string
 }
 
-var knownKeys = map[string]bool{"command": true, "args": true, "work_dir": true, "cwd": true}
+var knownKeys = []string{"args", "cap_add", "cap_drop", "command", "cwd", "denied_envvars", "ipc_mode", "oom_score_adj", "pid_mode", "work_dir"}
 
-// parseConfig decodes cfg, reporting every problem found, not just the first.
-func parseConfig(driverName string, cfg map[string]any) (TaskConfig, error) {
-	var (
-		tc   TaskConfig
-		errs []error
-	)
+// capabilities are Linux's, by the names Nomad takes (cap_ prefix and
+// case do not matter).
+var capabilities = map[string]bool{}
+
+func init() {
+	for _, c := range strings.Fields(`chown dac_override dac_read_search fowner fsetid kill setgid setuid setpcap
+		linux_immutable net_bind_service net_broadcast net_admin net_raw ipc_lock ipc_owner sys_module
+		sys_rawio sys_chroot sys_ptrace sys_pacct sys_admin sys_boot sys_nice sys_resource sys_time
+		sys_tty_config mknod lease audit_write audit_control setfcap mac_override mac_admin syslog
+		wake_alarm block_suspend audit_read perfmon bpf checkpoint_restore all`) {
+		capabilities[c] = true
+	}
+}
+
+// parseConfig decodes cfg, reporting every problem found, not just the
+// first. warns are things that work but should change.
+func parseConfig(driverName string, cfg map[string]any) (tc TaskConfig, warns []error, err error) {
+	var errs []error
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, &ConfigError{Driver: driverName, Field: field, Msg: fmt.Sprintf(format, a...)})
 	}
 
 	var unknown []string
 	for k := range cfg {
-		if !knownKeys[k] {
+		if !slices.Contains(knownKeys, k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		bad("", "has unknown keys: %s (known: args, command, cwd, work_dir)", strings.Join(unknown, ", "))
+		errs = append(errs, &ConfigError{Driver: driverName, Key: unknown[0],
+			Msg: fmt.Sprintf("has unknown keys: %s (known: %s)", strings.Join(unknown, ", "), strings.Join(knownKeys, ", "))})
 	}
 
 	switch v := cfg["command"].(type) {
@@ -79,23 +119,15 @@ func parseConfig(driverName string, cfg map[string]any) (TaskConfig, error) {
 		bad("command", "must be a string, got %T", v)
 	}
 
-	switch v := cfg["args"].(type) {
-	case nil:
-	case []string:
-		tc.Args = append([]string(nil), v...)
-	case []any:
-		for i, a := range v {
-			s, ok := a.(string)
-			if !ok {
-				bad(fmt.Sprintf("args[%d]", i), "must be a string, got %T", a)
-				continue
-			}
-			tc.Args = append(tc.Args, s)
-		}
-	default:
-		bad("args", "must be a list of strings, got %T", v)
-	}
+	tc.Args = strList(cfg, "args", bad)
+	tc.CapAdd = caps(strList(cfg, "cap_add", bad), "cap_add", bad)
+	tc.CapDrop = caps(strList(cfg, "cap_drop", bad), "cap_drop", bad)
+	tc.DeniedEnvvars = strList(cfg, "denied_envvars", bad)
 
+	if _, ok := cfg["cwd"]; ok {
+		warns = append(warns, &driver.ConfigWarning{Driver: driverName, Field: "cwd",
+			Msg: "is berth's old name for work_dir, which is Nomad's: rename it"})
+	}
 	for _, key := range []string{"work_dir", "cwd"} {
 		switch v := cfg[key].(type) {
 		case nil:
@@ -109,7 +141,72 @@ func parseConfig(driverName string, cfg map[string]any) (TaskConfig, error) {
 			bad(key, "must be a string, got %T", v)
 		}
 	}
-	return tc, errors.Join(errs...)
+	for key, dst := range map[string]*string{"pid_mode": &tc.PIDMode, "ipc_mode": &tc.IPCMode} {
+		switch v := cfg[key].(type) {
+		case nil:
+		case string:
+			if v != "" && v != "private" && v != "host" {
+				bad(key, "must be \"private\" or \"host\", got %q", v)
+				continue
+			}
+			*dst = v
+		default:
+			bad(key, "must be a string, got %T", v)
+		}
+	}
+	switch v := cfg["oom_score_adj"].(type) {
+	case nil:
+	case int64:
+		if v < 0 || v > 1000 {
+			bad("oom_score_adj", "must be from 0 to 1000, got %d", v)
+		}
+		tc.OOMScoreAdj = int(v)
+	case int:
+		if v < 0 || v > 1000 {
+			bad("oom_score_adj", "must be from 0 to 1000, got %d", v)
+		}
+		tc.OOMScoreAdj = v
+	default:
+		bad("oom_score_adj", "must be a whole number, got %T", v)
+	}
+	return tc, warns, errors.Join(errs...)
+}
+
+func strList(cfg map[string]any, key string, bad func(field, format string, a ...any)) []string {
+	var out []string
+	switch v := cfg[key].(type) {
+	case nil:
+	case []string:
+		out = append([]string(nil), v...)
+	case []any:
+		for i, a := range v {
+			s, ok := a.(string)
+			if !ok {
+				bad(fmt.Sprintf("%s[%d]", key, i), "must be a string, got %T", a)
+				continue
+			}
+			out = append(out, s)
+		}
+	default:
+		bad(key, "must be a list of strings, got %T", v)
+	}
+	return out
+}
+
+func caps(l []string, key string, bad func(field, format string, a ...any)) []string {
+	out := make([]string, 0, len(l))
+	for i, c := range l {
+		n := strings.TrimPrefix(strings.ToLower(c), "cap_")
+		if !capabilities[n] {
+			bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a Linux capability", c)
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -94,10 +94,11 @@ func (d *Driver) Name() string { return d.name }
 
 // ValidateConfig checks a task's config block. Every problem is reported
 // (errors.Join of *ConfigError), each naming its field; all match
-// ErrInvalidConfig.
+// ErrInvalidConfig. A deprecated key adds a *driver.ConfigWarning, which
+// is not a failure (driver.OnlyWarnings).
 func (d *Driver) ValidateConfig(cfg map[string]any) error {
-	_, err := parseConfig(d.name, cfg)
-	return err
+	_, warns, err := parseConfig(d.name, cfg)
+	return errors.Join(append(warns, err)...)
 }
 
 // Close is a no-op: the drivers hold nothing beyond their tasks.
@@ -199,7 +200,7 @@ type launch struct {
 // prepare decodes the task's config and resolves the binary as the task
 // will see it: with its PATH, relative to its work_dir.
 func prepare(t *driver.Task) (*launch, error) {
-	tc, err := parseConfig("", t.Config)
+	tc, _, err := parseConfig("", t.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,14 +138,23 @@ func TestValidateConfig(t *testing.T) {
 		cfg     map[string]any
 		want    TaskConfig
 		wantErr []string
+		warn    bool
 	}{
 		{name: "minimal", cfg: map[string]any{"command": "/bin/true"}, want: TaskConfig{Command: "/bin/true"}},
 		{name: "full", cfg: map[string]any{"command": "sh", "args": []any{"-c", "x"}, "work_dir": "/tmp"},
 			want: TaskConfig{Command: "sh", Args: []string{"-c", "x"}, WorkDir: "/tmp"}},
 		{name: "cwd alias", cfg: map[string]any{"command": "sh", "args": []string{"a"}, "cwd": "/"},
-			want: TaskConfig{Command: "sh", Args: []string{"a"}, WorkDir: "/"}},
+			want: TaskConfig{Command: "sh", Args: []string{"a"}, WorkDir: "/"}, warn: true},
 		{name: "same work_dir and cwd", cfg: map[string]any{"command": "sh", "cwd": "/", "work_dir": "/"},
-			want: TaskConfig{Command: "sh", WorkDir: "/"}},
+			want: TaskConfig{Command: "sh", WorkDir: "/"}, warn: true},
+		{name: "every Nomad key", cfg: map[string]any{"command": "sh", "pid_mode": "host", "ipc_mode": "private",
+			"cap_add": []any{"NET_BIND_SERVICE", "cap_sys_time"}, "cap_drop": []any{"all"}, "oom_score_adj": int64(500),
+			"denied_envvars": []any{"AWS_*", "SECRET"}},
+			want: TaskConfig{Command: "sh", PIDMode: "host", IPCMode: "private", CapAdd: []string{"net_bind_service", "sys_time"},
+				CapDrop: []string{"all"}, OOMScoreAdj: 500, DeniedEnvvars: []string{"AWS_*", "SECRET"}}},
+		{name: "bad modes and caps", cfg: map[string]any{"command": "sh", "pid_mode": "shared", "cap_add": []any{"cap_fly"}, "oom_score_adj": int64(-5)},
+			wantErr: []string{`config.pid_mode must be "private" or "host", got "shared"`, `config.cap_add[0] "cap_fly" is not a Linux capability`, "config.oom_score_adj must be from 0 to 1000, got -5"}},
+		{name: "oom not a number", cfg: map[string]any{"command": "sh", "oom_score_adj": "5"}, wantErr: []string{"config.oom_score_adj must be a whole number, got string"}},
 		{name: "missing command", cfg: map[string]any{}, wantErr: []string{"raw_exec: config.command is required"}},
 		{name: "nil config", cfg: nil, wantErr: []string{"raw_exec: config.command is required"}},
 		{name: "blank command", cfg: map[string]any{"command": "  "}, wantErr: []string{"config.command is required"}},
@@ -154,7 +164,7 @@ func TestValidateConfig(t *testing.T) {
 		{name: "bad arg", cfg: map[string]any{"command": "x", "args": []any{"a", 1.0, true}},
 			wantErr: []string{"config.args[1] must be a string, got float64", "config.args[2] must be a string, got bool"}},
 		{name: "args not list", cfg: map[string]any{"command": "x", "args": "a b"}, wantErr: []string{"config.args must be a list of strings"}},
-		{name: "cwd conflict", cfg: map[string]any{"command": "x", "work_dir": "/a", "cwd": "/b"}, wantErr: []string{"config.cwd conflicts with work_dir"}},
+		{name: "cwd conflict", cfg: map[string]any{"command": "x", "work_dir": "/a", "cwd": "/b"}, wantErr: []string{"config.cwd conflicts with work_dir"}, warn: true},
 		{name: "work_dir not string", cfg: map[string]any{"command": "x", "work_dir": 1}, wantErr: []string{"config.work_dir must be a string"}},
 		{name: "all at once", cfg: map[string]any{"zzz": 1, "args": 2},
 			wantErr: []string{"unknown keys: zzz", "config.command is required", "config.args must be"}},
@@ -163,15 +173,18 @@ func TestValidateConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := d.ValidateConfig(tc.cfg)
-			got, perr := parseConfig(d.Name(), tc.cfg)
-			if (err == nil) != (perr == nil) {
+			got, warns, perr := parseConfig(d.Name(), tc.cfg)
+			if driver.OnlyWarnings(err) != (perr == nil) {
 				t.Fatalf("ValidateConfig and parseConfig disagree: %v / %v", err, perr)
 			}
+			if (len(warns) > 0) != tc.warn {
+				t.Fatalf("warnings = %v, want some: %v", warns, tc.warn)
+			}
 			if len(tc.wantErr) == 0 {
-				if err != nil {
+				if !driver.OnlyWarnings(err) {
 					t.Fatalf("ValidateConfig: %v", err)
 				}
-				if !slices.Equal(got.Args, tc.want.Args) || got.Command != tc.want.Command || got.WorkDir != tc.want.WorkDir {
+				if !reflect.DeepEqual(got, tc.want) {
 					t.Fatalf("parsed %+v, want %+v", got, tc.want)
 				}
 				return

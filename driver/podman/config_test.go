@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -14,6 +15,7 @@ func TestParseConfig(t *testing.T) {
 		want    *TaskConfig
 		wantErr string // exact message when set
 		errHas  string // substring when set
+		errAll  []string
 	}{
 		{
 			name:    "missing image",
@@ -42,8 +44,8 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name:   "unknown key",
-			cfg:    map[string]any{"image": "busybox", "port_map": 1, "volumes": []any{}},
-			errHas: "config.port_map, config.volumes (known: args, command, entrypoint, hostname, image, labels, working_dir)",
+			cfg:    map[string]any{"image": "busybox", "mounts": 1, "volume": []any{}},
+			errHas: "podman: unknown config key(s) config.mounts, config.volume (known: apparmor_profile, args, auth,",
 		},
 		{
 			name:   "entrypoint not a list",
@@ -74,13 +76,57 @@ func TestParseConfig(t *testing.T) {
 			want: &TaskConfig{
 				Image: "busybox:latest", Command: "/bin/sh", Args: []string{"-c", "exit 0"},
 				Entrypoint: []string{"/bin/env"}, WorkingDir: "/tmp", Hostname: "web",
-				Labels: map[string]string{"a": "1", "b": "2"},
+				Labels: map[string]string{"a": "1", "b": "2"}, MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute,
 			},
 		},
 		{
 			name: "typed lists",
 			cfg:  map[string]any{"image": "busybox", "args": []string{"x"}, "entrypoint": []any{"/bin/sh", "-c"}, "labels": map[string]string{"k": "v"}},
-			want: &TaskConfig{Image: "busybox", Args: []string{"x"}, Entrypoint: []string{"/bin/sh", "-c"}, Labels: map[string]string{"k": "v"}},
+			want: &TaskConfig{Image: "busybox", Args: []string{"x"}, Entrypoint: []string{"/bin/sh", "-c"}, Labels: map[string]string{"k": "v"},
+				MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute},
+		},
+		{
+			name: "every Nomad plugin key",
+			cfg: map[string]any{
+				"image": "localhost/busybox", "network_mode": "task:web", "ports": []any{"http"},
+				"port_map": []any{map[string]any{"http": int64(8080)}}, "dns": []any{"10.199.130.1"},
+				"extra_hosts": []any{"db:10.199.130.9"}, "volumes": []any{"/srv:/data:ro"}, "tmpfs": []any{"/run:size=64m"},
+				"devices": []any{"/dev/fuse"}, "cap_add": []any{"NET_ADMIN"}, "cap_drop": []any{"ALL"},
+				"security_opt": []any{"no-new-privileges"}, "selinux_opts": []any{"type:t"}, "apparmor_profile": "unconfined",
+				"privileged": true, "readonly_rootfs": true, "userns": "keep-id", "init": true, "init_path": "/usr/libexec/podman/catatonit",
+				"tty": true, "sysctl": map[string]any{"net.core.somaxconn": "1024"}, "ulimit": map[string]any{"nofile": "1024:2048", "nproc": "64"},
+				"shm_size": "64m", "memory_reservation": "1g", "memory_swap": "512", "memory_swappiness": int64(10), "pids_limit": int64(100),
+				"cpu_hard_limit": true, "cpu_cfs_period": int64(100000), "socket": "default",
+				"logging": []any{map[string]any{"driver": "journald", "options": map[string]any{"tag": "web"}}},
+				"auth":    map[string]any{"username": "u", "password": "p", "tls_verify": false}, "auth_soft_fail": true,
+				"force_pull": true, "image_pull_timeout": "10m",
+			},
+			want: &TaskConfig{
+				Image: "localhost/busybox", NetworkMode: "task:web", Ports: []string{"http"}, PortMap: map[string]int{"http": 8080},
+				DNS: []string{"10.199.130.1"}, ExtraHosts: []string{"db:10.199.130.9"}, Volumes: []string{"/srv:/data:ro"},
+				Tmpfs: []string{"/run:size=64m"}, Devices: []string{"/dev/fuse"}, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"},
+				SecurityOpt: []string{"no-new-privileges"}, SelinuxOpts: []string{"type:t"}, AppArmor: "unconfined",
+				Privileged: true, ReadonlyRootfs: true, Userns: "keep-id", Init: true, InitPath: "/usr/libexec/podman/catatonit", TTY: true,
+				Sysctl: map[string]string{"net.core.somaxconn": "1024"}, Ulimit: map[string]string{"nofile": "1024:2048", "nproc": "64"},
+				ShmSize: 64 << 20, MemoryReservation: 1 << 30, MemorySwap: 512, MemorySwappiness: 10, PidsLimit: 100,
+				CPUHardLimit: true, CPUCFSPeriod: 100000, Socket: "default",
+				Logging: Logging{Driver: "journald", Options: map[string]string{"tag": "web"}},
+				Auth:    Auth{Username: "u", Password: "p", TLSVerify: new(false)}, AuthSoftFail: true, ForcePull: true,
+				ImagePullTimeout: 10 * time.Minute,
+			},
+		},
+		{
+			name:   "bad plugin values",
+			cfg:    map[string]any{"image": "b", "network_mode": "weird", "shm_size": "64 megs", "ulimit": map[string]any{"nofile": "lots"}, "logging": map[string]any{"driver": "syslog"}, "memory_swappiness": int64(200)},
+			errHas: "podman: config.network_mode \"weird\" is not a network mode",
+		},
+		{
+			name:   "bad plugin values, every one",
+			cfg:    map[string]any{"image": "b", "shm_size": "64 megs", "ulimit": map[string]any{"nofile": "lots"}, "logging": map[string]any{"driver": "syslog"}, "memory_swappiness": int64(200), "port_map": map[string]any{"http": "x"}, "volumes": []any{"/only"}},
+			errHas: "config.shm_size \"64 megs\" is not a size",
+			errAll: []string{`config.ulimit.nofile "lots" is not`, `config.logging.driver "syslog" is not a log driver`,
+				"config.memory_swappiness must be from 0 to 100, got 200", "config.port_map.http must be a port number",
+				`config.volumes "/only" is not source:destination`},
 		},
 	}
 	for _, tt := range tests {
@@ -104,8 +150,10 @@ func TestParseConfig(t *testing.T) {
 			if tt.wantErr != "" && err.Error() != tt.wantErr {
 				t.Errorf("error = %q, want %q", err, tt.wantErr)
 			}
-			if tt.errHas != "" && !strings.Contains(err.Error(), tt.errHas) {
-				t.Errorf("error = %q, want it to contain %q", err, tt.errHas)
+			for _, want := range append([]string{tt.errHas}, tt.errAll...) {
+				if want != "" && !strings.Contains(err.Error(), want) {
+					t.Errorf("error = %q, want it to contain %q", err, want)
+				}
 			}
 		})
 	}

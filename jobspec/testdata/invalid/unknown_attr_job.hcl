@@ -1,6 +1,6 @@
 job "j" {
   type = "batch"
-  all_at_once = true
+  all_at_onc = true
   group "g" {
     task "t" {
       driver = "podman"

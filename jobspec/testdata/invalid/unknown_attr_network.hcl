@@ -3,7 +3,7 @@ job "j" {
   group "g" {
     network {
       mode  = "bridge"
-      mbits = 10
+      bandwidth = 10
     }
     task "t" {
       driver = "podman"

@@ -3,7 +3,7 @@ job "j" {
   group "g" {
     task "t" {
       driver = "podman"
-      kill_signal = "SIGINT"
+      kill_signals = "SIGINT"
       config {
         image = "busybox:latest"
       }

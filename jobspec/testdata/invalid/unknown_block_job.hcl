@@ -1,6 +1,6 @@
 job "j" {
   type = "batch"
-  update {
+  deployment {
     max_parallel = 1
   }
   group "g" {

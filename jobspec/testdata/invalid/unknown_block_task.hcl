@@ -3,7 +3,7 @@ job "j" {
   group "g" {
     task "t" {
       driver = "podman"
-      template {
+      templates {
         data = "x"
       }
       config {

@@ -1,10 +1,11 @@
-job "j" {
-  type = "sysbatch"
+job "pod" {
   group "g" {
     task "t" {
       driver = "podman"
+
       config {
-        image = "busybox:latest"
+        image  = "localhost/busybox:latest"
+        mounts = ["/a:/b"]
       }
     }
   }

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth/berth/internal/testenv"
+)
+
+// validate takes -var, -var-file and NOMAD_VAR_, warns without failing,
+// and a required variable with no value is a positioned error.
+func TestValidateVariables(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "vars.hcl")
+	testenv.Must(t, os.WriteFile(job, []byte(`variable "cmd" {
+  type = string
+}
+variable "args" {
+  type    = list(string)
+  default = []
+}
+variable "tag" {
+  type    = string
+  default = "none"
+}
+job "btcli-vars" {
+  type = "batch"
+  update {
+    max_parallel = 1
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = var.cmd
+        args    = concat(var.args, [var.tag])
+      }
+    }
+  }
+}
+`), 0o644))
+	varFile := filepath.Join(dir, "vars.json")
+	testenv.Must(t, os.WriteFile(varFile, []byte(`{"args": ["-n", "x"]}`), 0o644))
+	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--json"}
+
+	_, _, err := run(t, append([]string{"validate", job}, common...)...)
+	if err == nil || !strings.Contains(err.Error(), "vars.hcl:1:1: variable \"cmd\" is required and has no value") {
+		t.Errorf("no value for cmd: %v", err)
+	}
+
+	t.Setenv("NOMAD_VAR_tag", "from-env")
+	out, _, err := run(t, append([]string{"validate", "-var", "cmd=/bin/echo", "-var-file", varFile, job}, common...)...)
+	if err == nil {
+		t.Fatal("update in a batch job was accepted")
+	}
+	_ = out
+	testenv.Must(t, os.WriteFile(job, []byte(strings.Replace(mustRead(t, job), `type = "batch"`, `type = "service"`, 1)), 0o644))
+	out, _, err = run(t, append([]string{"validate", "-var", "cmd=/bin/echo", "-var-file", varFile, job}, common...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"command": "/bin/echo"`, `"-n"`, `"from-env"`, "update in job \\\"btcli-vars\\\" does not apply on one node"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Error("validate created the data dir")
+	}
+}
+
+// The seed job validates with a warning for its hostname constraint; run
+// refuses it, naming the constraint and this node's value, before creating
+// anything.
+func TestValidateWarnsRunRefusesPlacement(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
+	job := filepath.Join(dir, "seed.hcl")
+	seed := strings.Replace(mustRead(t, "../jobspec/testdata/corpus/seed.hcl"), `mode = "cni/private"`, `mode = "host"`, 1)
+	testenv.Must(t, os.WriteFile(job, []byte(seed), 0o644))
+	out, _, err := run(t, append([]string{"validate", job}, common...)...)
+	if err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	if !strings.Contains(out, `warning: `+job+`:9:3: constraint "${attr.unique.hostname}" = "hostname"`) {
+		t.Errorf("validate output lacks the constraint warning:\n%s", out)
+	}
+	before := netnsEntries()
+	_, _, err = run(t, append([]string{"run", job}, common...)...)
+	host, _ := os.Hostname()
+	if err == nil || !strings.Contains(err.Error(), job+":9:3: constraint") || !strings.Contains(err.Error(), `this node has attr.unique.hostname = "`+host+`"`) {
+		t.Errorf("run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Error("run created the data dir for a job it refused")
+	}
+	if after := netnsEntries(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("namespaces changed: before %v after %v", before, after)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	testenv.Must(t, err)
+	return string(b)
+}

@@ -1,0 +1,19 @@
+job "reports" {
+  type = "batch"
+
+  periodic {
+    crons            = ["0 9 * * 1-5", "30 12 * * *"]
+    time_zone        = "America/New_York"
+    prohibit_overlap = true
+  }
+
+  group "g" {
+    task "t" {
+      driver = "exec"
+
+      config {
+        command = "/usr/bin/report"
+      }
+    }
+  }
+}

@@ -1,0 +1,13 @@
+job "typed" {
+  type = "daemon"
+
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}

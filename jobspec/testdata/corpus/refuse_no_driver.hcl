@@ -1,0 +1,9 @@
+job "nodriver" {
+  group "g" {
+    task "t" {
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}

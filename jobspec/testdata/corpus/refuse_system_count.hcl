@@ -1,0 +1,15 @@
+job "sys" {
+  type = "system"
+
+  group "g" {
+    count = 3
+
+    task "t" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}

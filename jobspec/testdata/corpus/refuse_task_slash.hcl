@@ -1,0 +1,11 @@
+job "slash" {
+  group "g" {
+    task "a/b" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}

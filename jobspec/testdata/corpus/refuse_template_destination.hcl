@@ -1,0 +1,15 @@
+job "tmpl" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+
+      template {
+        data = "hello"
+      }
+
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}

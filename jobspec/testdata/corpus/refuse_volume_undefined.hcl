@@ -1,0 +1,16 @@
+job "vol" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
