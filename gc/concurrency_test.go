@@ -54,7 +54,7 @@ func mustAllExit0(t *testing.T, what string, rs []result) {
 // startAgent runs `berth agent` on the env's data dir, collecting garbage
 // every 100 ms so that its sweeps race the CLI processes. It is stopped
 // (SIGTERM, by its PID) at the end of the test.
-func (e *env) startAgent(t *testing.T) {
+func (e *env) startAgent(t *testing.T) (socket string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "berth.sock")
 	args := append(e.flags(e.dataDir), "agent", "--socket", sock, "--gc-interval", "100ms")
@@ -100,6 +100,7 @@ func (e *env) startAgent(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("agent not ready within a minute")
 	}
+	return sock
 }
 
 // TestManyProcessesOneDataDir: 8 `net up` at once, then a gc, a dry-run gc
@@ -235,4 +236,74 @@ func TestForeignBridgeKept(t *testing.T) {
 	testenv.Run(t, "ip", "link", "del", foreign)
 	e.mustBerth(t, "gc")
 	e.assertClean(t, id)
+}
+
+// TestRunBesideAgent: `berth run` on the data dir of a running agent runs
+// on its own, in the same store: its reconcile at start spares the agent's
+// running allocation, its job completes with a start line per allocation
+// and a clean leak check, and the agent's allocation still runs after it.
+func TestRunBesideAgent(t *testing.T) {
+	e := newEnv(t, full("10.199.108.0/24"))
+	sock := e.startAgent(t)
+	dir := t.TempDir()
+	svc := filepath.Join(dir, "svc.nomad.hcl")
+	batch := filepath.Join(dir, "batch.nomad.hcl")
+	job := func(name, typ, cmd string, count int) string {
+		return fmt.Sprintf(`job %q {
+  type = %q
+  group "g" {
+    count = %d
+    network { mode = "cni/%s" }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+    }
+  }
+}
+`, name, typ, count, e.net.Name, cmd)
+	}
+	testenv.Must(t, os.WriteFile(svc, []byte(job("btgc-svc", "service", "sleep 300", 1)), 0o644))
+	testenv.Must(t, os.WriteFile(batch, []byte(job("btgc-batch", "batch", "exit 0", 3)), 0o644))
+	addr := "unix://" + sock
+	e.mustBerth(t, "job", "run", "--address", addr, svc)
+	t.Cleanup(func() { e.berth(t, e.dataDir, "", "job", "stop", "--address", addr, "btgc-svc") })
+
+	// The service's allocation, once its namespace exists.
+	var svcNetns string
+	deadline := time.Now().Add(time.Minute)
+	for svcNetns == "" && time.Now().Before(deadline) {
+		st := e.openStore(t)
+		allocs, err := st.ListAllocations(context.Background(), store.AllocFilter{JobID: "btgc-svc", Status: store.AllocRunning})
+		testenv.Must(t, err)
+		st.Close()
+		if len(allocs) == 1 && allocs[0].Network != nil {
+			svcNetns = allocs[0].Network.NetnsPath
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if svcNetns == "" {
+		t.Fatal("the agent's service allocation did not start")
+	}
+
+	r := e.mustBerth(t, "run", batch)
+	if n := strings.Count(r.stdout, " started "); n != 3 {
+		t.Errorf("berth run printed %d start lines, want 3:\n%s", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "leak check: nothing left") {
+		t.Errorf("berth run's leak check:\n%s", r.stdout)
+	}
+	if _, err := os.Stat(svcNetns); err != nil {
+		t.Errorf("berth run beside the agent removed the agent's namespace %s: %v", svcNetns, err)
+	}
+	st := e.openStore(t)
+	allocs, err := st.ListAllocations(context.Background(), store.AllocFilter{JobID: "btgc-svc"})
+	testenv.Must(t, err)
+	st.Close()
+	if len(allocs) != 1 || allocs[0].Status != store.AllocRunning {
+		t.Errorf("the agent's allocation after berth run: %+v", allocs)
+	}
+	e.mustBerth(t, "job", "stop", "--address", addr, "btgc-svc")
 }
