@@ -119,7 +119,7 @@ func (a *Agent) gcLoop(ctx context.Context) {
 func (a *Agent) refreshGauges(ctx context.Context) {
 	if allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{}); err == nil {
 		by := map[string]int{}
-		for _, s := range []store.AllocStatus{store.AllocPending, store.AllocRunning, store.AllocComplete, store.AllocFailed, store.AllocLost} {
+		for _, s := range []store.AllocStatus{store.AllocPending, store.AllocRunning, store.AllocComplete, store.AllocFailed, store.AllocLost, store.AllocUnreadable} {
 			by[string(s)] = 0
 		}
 		for _, al := range allocs {

@@ -186,6 +186,8 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		rec = nil
+	case errors.Is(err, store.ErrCorrupt):
+		return nil, fmt.Errorf("setup %s: %w: `berth net down %s` tears it down from libcni's cache and drops the record", req.ID, err, req.ID)
 	case err != nil:
 		return nil, fmt.Errorf("setup %s: read record: %w", req.ID, err)
 	}
@@ -486,7 +488,10 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
+		// A damaged record is replaced by what libcni's cache knows; the
+		// teardown deletes it with the attachment.
+		damaged := errors.Is(err, store.ErrCorrupt)
 		rec, err = m.recordFromCache(ctx, id)
 		if err != nil {
 			return nil, err
@@ -494,6 +499,13 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 		if rec == nil {
 			if m.o.Netns.Exists(id) {
 				return nil, fmt.Errorf("teardown %s: %w: %s (remove it with `ip netns del %s` if it is yours)", id, ErrNotOwned, m.o.Netns.Path(id), id)
+			}
+			if damaged {
+				// Nothing of it is left on the host: only the record.
+				if err := m.o.Store.DeleteAttachment(ctx, id); err != nil {
+					return nil, fmt.Errorf("teardown %s: delete damaged record: %w", id, err)
+				}
+				return &TeardownReport{ID: id, Timings: Timings{}}, nil
 			}
 			return &TeardownReport{ID: id, Nothing: true, Timings: Timings{}}, nil
 		}

@@ -116,6 +116,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		newJobCmd(g),
 		newAllocCmd(g),
 		newNetnsCmd(g),
+		newStoreCmd(g),
 	)
 	return root
 }

@@ -14,9 +14,13 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/flock"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
 )
@@ -306,4 +310,89 @@ func TestRunBesideAgent(t *testing.T) {
 		t.Errorf("the agent's allocation after berth run: %+v", allocs)
 	}
 	e.mustBerth(t, "job", "stop", "--address", addr, "btgc-svc")
+}
+
+// TestDamagedRecordBesideAgent: one damaged allocation record (a byte
+// changed) does not break the agent's listings or its gauges; `berth store
+// check` names it and `berth store rm` removes it, beside the running agent.
+func TestDamagedRecordBesideAgent(t *testing.T) {
+	e := newEnv(t, full("10.199.109.0/24"))
+	sock := e.startAgent(t)
+	st := e.openStore(t)
+	ctx := context.Background()
+	for _, id := range []string{"btgc-good-alloc", "btgc-bad-alloc"} {
+		testenv.Must(t, st.PutAllocation(ctx, &store.Allocation{ID: id, JobID: "btgc-job", Status: store.AllocComplete}))
+	}
+	st.Close()
+	damageRecord(t, e.dataDir, "allocations", "btgc-bad-alloc")
+
+	c, err := api.NewClient("unix://"+sock, "")
+	testenv.Must(t, err)
+	defer c.Close()
+	allocs, err := c.Allocations(ctx, "")
+	if err != nil {
+		t.Fatalf("listing allocations beside a damaged record: %v", err)
+	}
+	statuses := map[string]string{}
+	for _, a := range allocs {
+		statuses[a.ID] = a.Status
+	}
+	if statuses["btgc-good-alloc"] != "complete" || statuses["btgc-bad-alloc"] != string(store.AllocUnreadable) {
+		t.Errorf("allocations listed: %v", statuses)
+	}
+	metrics, err := c.Metrics(ctx)
+	testenv.Must(t, err)
+	if !strings.Contains(metrics, `status="unreadable"`) {
+		t.Errorf("/metrics has no allocation gauge for unreadable records")
+	}
+
+	r := e.berth(t, e.dataDir, "", "store", "check")
+	if r.status.ExitStatus() != 1 || !strings.Contains(r.stdout, "btgc-bad-alloc") {
+		t.Errorf("store check: %v\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	e.mustBerth(t, "store", "rm", "allocation", "btgc-bad-alloc")
+	e.mustBerth(t, "store", "check")
+}
+
+// damageRecord flips a byte of one record in place, under the store's
+// transaction lock, as a damaged disk block would.
+func damageRecord(t *testing.T, dataDir, bucket, key string) {
+	t.Helper()
+	l, err := flock.Acquire(context.Background(), filepath.Join(dataDir, store.TxLockFile), flock.Options{Exclusive: true})
+	testenv.Must(t, err)
+	defer l.Unlock()
+	db, err := bolt.Open(filepath.Join(dataDir, store.DBFile), 0o600, nil)
+	testenv.Must(t, err)
+	defer db.Close()
+	testenv.Must(t, db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucket))
+		v := append([]byte(nil), b.Get([]byte(key))...)
+		v[0] = '!'
+		return b.Put([]byte(key), v)
+	}))
+}
+
+// TestDamagedAttachmentKept: gc keeps an attachment whose record does not
+// decode (never swept as nobody's); `berth net down` tears it down from
+// libcni's cache and drops the record.
+func TestDamagedAttachmentKept(t *testing.T) {
+	e := newEnv(t, full("10.199.107.0/24"))
+	id := e.id()
+	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
+	damageRecord(t, e.dataDir, "attachments", id)
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || len(rep.Found) != 0 {
+		t.Fatalf("gc with a damaged attachment record: %v found %+v errors %v", r.status, rep.Found, rep.Errors)
+	}
+	if !has(rep.Kept, gc.KindAttachment, id) {
+		t.Errorf("gc does not report the damaged record as kept: %+v", rep.Kept)
+	}
+	if _, err := os.Stat("/run/netns/" + id); err != nil {
+		t.Fatalf("namespace of a damaged record removed: %v", err)
+	}
+	if r := e.berth(t, e.dataDir, "", "net", "up", id, "--network", e.net.Name); r.status.ExitStatus() == 0 || !strings.Contains(r.stderr, "net down") {
+		t.Errorf("net up over a damaged record: %v\n%s", r.status, r.stderr)
+	}
+	e.downThenGC(t, id)
+	e.assertClean(t, id)
 }

@@ -124,6 +124,10 @@ func (r *run) replay(ctx context.Context) {
 func (r *run) judge(rec *store.Attachment, allocs map[string]*store.Allocation, allocsOK bool, lost, blocked map[string]bool) (reason string, keep bool) {
 	alive := ownerAlive(rec.OwnerPID, rec.OwnerStartTime)
 	switch rec.Phase {
+	case store.PhaseUnreadable:
+		// Nothing about it is known but its ID: its namespace, cache
+		// entry and leases are kept as the ID's, never swept as nobody's.
+		return fmt.Sprintf("record cannot be decoded (%s): kept; `berth net down %s` tears it down from libcni's cache, `berth store rm attachment %s` drops the record", rec.LastError, rec.ID, rec.ID), true
 	case store.PhaseIntent, store.PhaseNetnsCreated, store.PhaseAdding:
 		if alive {
 			return "", false // a setup in flight

@@ -230,7 +230,9 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 			return
 		}
 		for _, rec := range recs {
-			if rec.Network == nw.name {
+			// An unreadable record names no network: its ID is known
+			// in every one, so that nothing of it is swept as nobody's.
+			if rec.Network == nw.name || rec.Phase == store.PhaseUnreadable {
 				known[rec.ID] = true
 				valid.add(rec.ID, rec.IfName)
 			}

@@ -27,6 +27,11 @@ const (
 	PhaseReady Phase = "ready"
 	// PhaseTearingDown: teardown started or failed and must be retried until it succeeds.
 	PhaseTearingDown Phase = "tearing-down"
+	// PhaseUnreadable marks a record that could not be decoded: listings
+	// return it as a stub (ID, this phase, the decode error in LastError)
+	// instead of failing, so that one damaged record neither hides the
+	// others nor lets a sweep take its attachment for nobody's.
+	PhaseUnreadable Phase = "unreadable"
 )
 
 // Attachment is one ID's network namespace and its CNI attachment.
@@ -66,6 +71,9 @@ const (
 	AllocComplete AllocStatus = "complete"
 	AllocFailed   AllocStatus = "failed"
 	AllocLost     AllocStatus = "lost"
+	// AllocUnreadable marks an allocation record that could not be decoded
+	// (see PhaseUnreadable); StatusDesc says why.
+	AllocUnreadable AllocStatus = "unreadable"
 )
 
 // Terminal reports whether nothing more will happen to an allocation with this status.
