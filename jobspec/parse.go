@@ -26,6 +26,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // NodeAttrs are the node's attributes by their interpolation name without
@@ -95,6 +97,10 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
 		},
 		now: time.Now(),
+	}
+	if d := hcllimit.Check(src, filename, false); d.HasErrors() {
+		p.addHCL(d, p.fileStart())
+		return nil, p.diags.sorted()
 	}
 	f, hdiags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hdiags.HasErrors() {

@@ -13,6 +13,8 @@ import (
 	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // VarEnvPrefix starts the environment variables that set job variables,
@@ -322,7 +324,12 @@ func (p *parser) varFile(path string, decl map[string]*variable) {
 		f     *hcl.File
 		diags hcl.Diagnostics
 	)
-	if strings.EqualFold(filepath.Ext(path), ".json") {
+	isJSON := strings.EqualFold(filepath.Ext(path), ".json")
+	if d := hcllimit.Check(src, path, isJSON); d.HasErrors() {
+		p.addHCL(d, hcl.Range{Filename: path, Start: hcl.InitialPos, End: hcl.InitialPos})
+		return
+	}
+	if isJSON {
 		f, diags = hcljson.Parse(src, path)
 	} else {
 		f, diags = hclsyntax.ParseConfig(src, path, hcl.InitialPos)
