@@ -170,6 +170,8 @@ type run struct {
 	// handled are "network\x00id" attachments this run reclaimed (or
 	// would, in a dry run), so later steps do not report them twice.
 	handled map[string]bool
+	// storeID is this berth's store ID, for evidence.Owned.
+	storeID string
 	drivers map[string]driver.Driver
 	opened  []driver.Driver
 }
@@ -189,6 +191,10 @@ func newRun(o Options) (*run, error) {
 	}
 	for k, v := range o.Drivers {
 		r.drivers[k] = v
+	}
+	r.storeID = o.StoreID
+	if r.storeID == "" && o.Store != nil {
+		r.storeID = o.Store.ID()
 	}
 	if o.Store == nil {
 		why := "no store given"

@@ -10,12 +10,11 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/hostclean"
-	"github.com/berth/berth/internal/hostlocal"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -51,7 +50,7 @@ func (r *run) foreignNetwork(name string) bool {
 // detectReboot notices that every namespace berth's attachments expect is
 // gone, which is what a reboot looks like: /run is empty while the store,
 // the libcni cache and host-local's leases (on disk) remain.
-func (r *run) detectReboot(recs []*store.Attachment, cache []cacheEntry) {
+func (r *run) detectReboot(recs []*store.Attachment, cache []evidence.CacheEntry) {
 	expect, found := 0, 0
 	seen := map[string]bool{}
 	for _, rec := range recs {
@@ -65,7 +64,7 @@ func (r *run) detectReboot(recs []*store.Attachment, cache []cacheEntry) {
 		}
 	}
 	for _, e := range cache {
-		if !e.Berth || e.NetNS == "" || seen[e.ContainerID] {
+		if !r.ours(e) || e.NetNS == "" || seen[e.ContainerID] {
 			continue
 		}
 		expect++
@@ -82,7 +81,7 @@ func (r *run) detectReboot(recs []*store.Attachment, cache []cacheEntry) {
 // sweep is steps 2 to 6, network by network.
 func (r *run) sweep(ctx context.Context) {
 	confs := r.confDirNetworks(ctx)
-	cache, err := r.readCache()
+	cache, err := r.readCache(ctx)
 	if err != nil {
 		r.errorf("%w", err)
 	}
@@ -93,7 +92,7 @@ func (r *run) sweep(ctx context.Context) {
 			return
 		}
 	}
-	rules, err := readIptables(ctx)
+	rules, err := readRules(ctx)
 	if err != nil {
 		r.errorf("read iptables rules: %w", err)
 	}
@@ -109,7 +108,7 @@ func (r *run) sweep(ctx context.Context) {
 	}
 	for _, e := range cache {
 		_, pfx := r.foreignPrefix(filepath.Base(e.NetNS))
-		if e.Berth || pfx {
+		if r.ours(e) || pfx {
 			names[e.Network] = true
 		}
 	}
@@ -154,7 +153,7 @@ func (r *run) resolve(name string, confs map[string]*cni.Network, recs []*store.
 		nw.leaseDirs, nw.subnets = hostLocal(nw.conf)
 	} else {
 		// Known only from the cache: host-local's default place.
-		nw.leaseDirs = []string{filepath.Join(hostclean.HostLocalDir, name)}
+		nw.leaseDirs = []string{filepath.Join(evidence.HostLocalDir, name)}
 	}
 	return nw
 }
@@ -162,7 +161,7 @@ func (r *run) resolve(name string, confs map[string]*cni.Network, recs []*store.
 // hasState says whether the network left anything on the host; one that
 // did not is not locked, and gets no GC verb (host-local's GC would
 // create its directory).
-func hasState(nw *network, cache []cacheEntry, recs []*store.Attachment, rules []iptRule) bool {
+func hasState(nw *network, cache []evidence.CacheEntry, recs []*store.Attachment, rules []evidence.Rule) bool {
 	for _, e := range cache {
 		if e.Network == nw.name {
 			return true
@@ -179,10 +178,7 @@ func hasState(nw *network, cache []cacheEntry, recs []*store.Attachment, rules [
 		}
 	}
 	for _, rl := range rules {
-		if n, _, ok := parseMarker(rl.Line); ok && n == nw.name {
-			return true
-		}
-		if ip, ok := parseFirewallIP(rl.Line); ok && inSubnets(ip, nw.subnets) {
+		if ruleOf(rl, nw) {
 			return true
 		}
 	}
@@ -212,7 +208,7 @@ func (v *validSet) add(id, ifname string) {
 // sweepNetwork is steps 2 to 6 for one network, under its exclusive lock:
 // no ADD or DEL of the network runs meanwhile, and every ADD that ran or
 // will run has its record in the store before it takes the lock.
-func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*network, snapshot []iptRule) {
+func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*network, snapshot []evidence.Rule) {
 	log := r.log.With("network", nw.name)
 	unlock, err := attach.LockNetwork(ctx, r.o.LockDir, nw.name, true)
 	if err != nil {
@@ -236,7 +232,7 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 			}
 		}
 	}
-	cache, err := r.readCache()
+	cache, err := r.readCache(ctx)
 	if err != nil {
 		r.errorf("network %q: %w (nothing reclaimed)", nw.name, err)
 		return
@@ -251,9 +247,9 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 		pfx, isPfx := r.foreignPrefix(filepath.Base(e.NetNS))
 		switch {
 		case known[e.ContainerID]:
-		case e.Berth && r.o.Store == nil && pinned(e.NetNS):
+		case r.ours(e) && r.o.Store == nil && pinned(e.NetNS):
 			r.kept(Item{Kind: KindNetns, ID: e.ContainerID, Network: nw.name, Path: e.NetNS, Reason: "berth's store is unreadable and the namespace still exists: it may be in use"})
-		case e.Berth:
+		case r.ours(e):
 			reason = "libcni cache entry carries BERTH_ID but berth has no record of it"
 		case r.foreignNetwork(nw.name):
 			reason = "attachment of foreign network " + nw.name + " (--foreign-network) that berth has no record of"
@@ -291,9 +287,9 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 
 	// Step 5: leases of container IDs nobody knows.
 	gcOK := r.o.Store != nil
-	unknown := map[string][]hostlocal.Lease{}
+	unknown := map[string][]evidence.Lease{}
 	for _, d := range nw.leaseDirs {
-		ls, err := hostlocal.ReadDir(d)
+		ls, err := evidence.ReadLeases(d)
 		if err != nil {
 			r.errorf("network %q: %w", nw.name, err)
 			gcOK = false
@@ -367,34 +363,31 @@ func (r *run) sweepNetwork(ctx context.Context, nw *network, nets map[string]*ne
 // nobody knows, and firewall rules for addresses nobody leases. The
 // snapshot only says whether to look; the decision uses a fresh read
 // taken under the network's lock.
-func (r *run) sweepRules(ctx context.Context, nw *network, nets map[string]*network, snapshot []iptRule, known map[string]bool) {
+func (r *run) sweepRules(ctx context.Context, nw *network, nets map[string]*network, snapshot []evidence.Rule, known map[string]bool) {
 	relevant := false
 	for _, rl := range snapshot {
-		if n, _, ok := parseMarker(rl.Line); ok && n == nw.name {
-			relevant = true
-		}
-		if ip, ok := parseFirewallIP(rl.Line); ok && inSubnets(ip, nw.subnets) {
+		if ruleOf(rl, nw) {
 			relevant = true
 		}
 	}
 	if !relevant {
 		return
 	}
-	rules, err := readIptables(ctx)
+	rules, err := readRules(ctx)
 	if err != nil {
 		r.errorf("network %q: read iptables rules: %w", nw.name, err)
 		return
 	}
-	byID := map[string][]iptRule{}
+	byID := map[string][]evidence.Rule{}
 	fw := map[string]Item{}
 	for _, rl := range rules {
-		if n, id, ok := parseMarker(rl.Line); ok && n == nw.name {
+		if n, id, ok := evidence.ParseMarker(rl.Line); ok && n == nw.name {
 			if !known[id] && !r.handled[handledKey(nw.name, id)] {
 				byID[id] = append(byID[id], rl)
 			}
 			continue
 		}
-		ip, ok := parseFirewallIP(rl.Line)
+		ip, ok := evidence.FirewallIP(rl.Line)
 		if !ok || !inSubnets(ip, nw.subnets) || leased(ip, nets) {
 			continue
 		}
@@ -429,7 +422,7 @@ func (r *run) sweepRules(ctx context.Context, nw *network, nets map[string]*netw
 	}
 	markers := make([]string, 0, len(byID))
 	for id := range byID {
-		markers = append(markers, hostclean.AttachmentMarker(nw.name, id))
+		markers = append(markers, evidence.Marker(nw.name, id))
 	}
 	removed, err := hostclean.RemoveRulesMatching(ctx, func(line string) bool {
 		if _, ok := fw[line]; ok {
@@ -473,7 +466,7 @@ func leased(ip net.IP, nets map[string]*network) bool {
 // delCached DELs an attachment known from libcni's cache (the cached
 // configuration is used), then removes what DEL cannot: the bridge's
 // masquerade rules when the namespace is gone, and the namespace.
-func (r *run) delCached(ctx context.Context, nw *network, e cacheEntry) error {
+func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry) error {
 	isPinned := pinned(e.NetNS)
 	att := &cni.Attachment{ContainerID: e.ContainerID, IfName: e.IfName}
 	if isPinned {
@@ -486,7 +479,7 @@ func (r *run) delCached(ctx context.Context, nw *network, e cacheEntry) error {
 	if e.NetNS == "" || strings.HasPrefix(e.NetNS, "/proc/") {
 		return nil
 	}
-	if !e.Berth && filepath.Dir(e.NetNS) != r.netns.Dir() {
+	if !r.ours(e) && filepath.Dir(e.NetNS) != r.netns.Dir() {
 		return nil
 	}
 	rr, err := netns.RemovePath(ctx, e.NetNS)
@@ -507,7 +500,7 @@ func (r *run) delCached(ctx context.Context, nw *network, e cacheEntry) error {
 // configuration, so that every plugin (host-local, firewall, portmap)
 // releases what it holds for it, then removes any lease file DEL left,
 // under host-local's own lock.
-func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []hostlocal.Lease) error {
+func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease) error {
 	ifname := ls[0].IfName
 	if ifname == "" {
 		ifname = "eth0"
@@ -520,43 +513,11 @@ func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []ho
 	}
 	var errs []error
 	for _, l := range ls {
-		if err := removeLease(l); err != nil {
+		if err := hostclean.RemoveLease(ctx, l); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// removeLease deletes a lease file if it still names the same holder,
-// holding host-local's lock on the directory as host-local itself does.
-func removeLease(l hostlocal.Lease) error {
-	if _, err := os.Stat(l.Path); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	lockPath := filepath.Join(l.Dir, "lock")
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("open host-local lock %s: %w", lockPath, err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("lock host-local dir %s: %w", l.Dir, err)
-	}
-	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	id, _, err := hostlocal.ReadLease(l.Path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read lease %s: %w", l.Path, err)
-	}
-	if id != l.ID {
-		return nil // released and handed to someone else meanwhile
-	}
-	if err := os.Remove(l.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove lease %s: %w", l.Path, err)
-	}
-	return nil
 }
 
 // sweepForeignNetns removes namespaces whose name carries a foreign prefix
@@ -607,25 +568,21 @@ func (r *run) checkReboot(ctx context.Context) {
 			return // replay reports it
 		}
 	}
-	cache, err := r.readCache()
+	cache, err := r.readCache(ctx)
 	if err != nil {
 		return // sweep reports it
 	}
 	r.detectReboot(recs, cache)
 }
 
-// readCache reads libcni's cache; entries another berth (another data dir)
-// made are treated like another runtime's: not ours to sweep.
-func (r *run) readCache() ([]cacheEntry, error) {
-	entries, err := readCache(r.cacheDir())
-	mine := r.o.StoreID
-	if mine == "" && r.o.Store != nil {
-		mine = r.o.Store.ID()
-	}
-	for i := range entries {
-		if e := &entries[i]; e.Berth && e.Store != "" && mine != "" && e.Store != mine {
-			e.Berth = false
-		}
-	}
-	return entries, err
+// readCache reads libcni's cache.
+func (r *run) readCache(ctx context.Context) ([]evidence.CacheEntry, error) {
+	return evidence.ReadCache(ctx, r.cacheDir(), "")
+}
+
+// ours says whether a cache entry is this berth's: entries another berth
+// (another data dir) made are treated like another runtime's, not ours to
+// sweep.
+func (r *run) ours(e evidence.CacheEntry) bool {
+	return evidence.Owned(e, r.storeID) == evidence.Mine
 }
