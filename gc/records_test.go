@@ -53,7 +53,7 @@ func TestJudge(t *testing.T) {
 			}
 			rec := tc.rec
 			rec.ID = "x"
-			reason, keep := r.judge(&rec, allocs, true, map[string]bool{}, map[string]bool{})
+			reason, keep := r.judge(&rec, &allocState{byID: allocs, ok: true, lost: map[string]bool{}, blocked: map[string]bool{}})
 			act := reason != "" && !keep
 			if act != tc.wantAct || keep != tc.wantKeep {
 				t.Errorf("judge = %q, keep %v; want act %v keep %v", reason, keep, tc.wantAct, tc.wantKeep)
