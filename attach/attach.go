@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
@@ -266,15 +267,16 @@ func (m *Manager) newRecord(req Request, net *cni.Network, path string) *store.A
 }
 
 func (m *Manager) args(id string, extra map[string]string) map[string]string {
-	out := make(map[string]string, len(extra)+2)
-	for k, v := range extra {
-		out[k] = v
-	}
-	out["BERTH_ID"] = id
+	return evidence.MarkArgs(extra, id, m.storeID())
+}
+
+// storeID identifies berth's attachments among other berths' (see
+// evidence.Owned); "" for a store that does not say.
+func (m *Manager) storeID() string {
 	if s, ok := m.o.Store.(interface{ ID() string }); ok {
-		out["BERTH_STORE"] = s.ID()
+		return s.ID()
 	}
-	return out
+	return ""
 }
 
 func (m *Manager) cniAttachment(id, path, ifname string, args map[string]string, capArgs map[string]any) *cni.Attachment {
@@ -541,19 +543,16 @@ func (m *Manager) Reclaim(ctx context.Context, id string, still func(*store.Atta
 
 // recordFromCache rebuilds a record from libcni's cache, for an
 // attachment berth's store does not know (store lost, or made by an older
-// berth). Only cache entries carrying BERTH_ID are berth's.
+// berth). Only cache entries that are this berth's (evidence.Owned) count.
 func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attachment, error) {
-	cached, err := m.o.CNI.CachedAttachments(ctx, id)
+	cached, err := evidence.ReadCache(ctx, m.o.CNI.CacheDir(), id)
 	if err != nil {
 		return nil, fmt.Errorf("teardown %s: %w", id, err)
 	}
-	mine := ""
-	if s, ok := m.o.Store.(interface{ ID() string }); ok {
-		mine = s.ID()
-	}
+	mine := m.storeID()
 	for _, c := range cached {
-		if c.Args["BERTH_ID"] != id || (c.Args["BERTH_STORE"] != "" && mine != "" && c.Args["BERTH_STORE"] != mine) {
-			continue // another runtime's, or another berth's
+		if evidence.Owned(c, mine) != evidence.Mine {
+			continue
 		}
 		path := m.o.Netns.Path(id)
 		if c.NetNS != "" {

@@ -282,40 +282,6 @@ func (c *Client) CachedResult(net *Network, a *Attachment) (*Result, error) {
 	return NewResult(r, rt.IfName)
 }
 
-// CachedAttachment is one entry of libcni's cache.
-type CachedAttachment struct {
-	ContainerID string `json:"container_id"`
-	Network     string `json:"network"`
-	IfName      string `json:"ifname"`
-	NetNS       string `json:"netns"`
-	// Args are the CNI_ARGS the attachment was made with.
-	Args map[string]string `json:"args,omitempty"`
-}
-
-// CachedAttachments lists libcni's cache entries, of one container when
-// containerID is set.
-func (c *Client) CachedAttachments(ctx context.Context, containerID string) ([]CachedAttachment, error) {
-	atts, err := c.cni.GetCachedAttachments(containerID)
-	if err != nil {
-		return nil, fmt.Errorf("read CNI cache %s: %w", c.cacheDir, err)
-	}
-	out := make([]CachedAttachment, 0, len(atts))
-	for _, a := range atts {
-		ca := CachedAttachment{ContainerID: a.ContainerID, Network: a.Network, IfName: a.IfName, NetNS: a.NetNS, Args: map[string]string{}}
-		for _, kv := range a.CniArgs {
-			ca.Args[kv[0]] = kv[1]
-		}
-		out = append(out, ca)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Network != out[j].Network {
-			return out[i].Network < out[j].Network
-		}
-		return out[i].ContainerID < out[j].ContainerID
-	})
-	return out, nil
-}
-
 // PluginVersions asks a plugin binary which spec versions it supports.
 func (c *Client) PluginVersions(ctx context.Context, pluginType string) (version.PluginInfo, error) {
 	ctx, cancel := withTimeout(ctx, c.to.Other)

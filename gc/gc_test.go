@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
@@ -125,7 +126,7 @@ func TestHandMadeLeaks(t *testing.T) {
 	testenv.Must(t, os.Remove(filepath.Join(e.dataDir, "berth.db")))
 
 	ghostLease, ghostRule := e.id(), e.id()
-	leaseFile := filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
+	leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
 	testenv.Must(t, os.WriteFile(leaseFile, []byte(ghostLease+"\r\neth0"), 0o644))
 	t.Cleanup(func() { os.Remove(leaseFile) })
 	chain := "CNI-btgc" + testenv.RandSuffix(8)
@@ -243,7 +244,7 @@ func TestForeign(t *testing.T) {
 		o := e.options(st, e.manager(st, 0, 0))
 		rep, err := gc.Run(ctx, o)
 		testenv.Must(t, err)
-		leases, _ := filepath.Glob(filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"*"))
+		leases, _ := filepath.Glob(filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"*"))
 		if len(rep.Found) != 0 || len(leases) != 1 {
 			t.Fatalf("gc touched another runtime's attachment: found %+v, leases %v", rep.Found, leases)
 		}
@@ -266,7 +267,7 @@ func TestCorruptStore(t *testing.T) {
 	id := e.id()
 	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
 	ghost := e.id()
-	leaseFile := filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
+	leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
 	testenv.Must(t, os.WriteFile(leaseFile, []byte(ghost+"\r\neth0"), 0o644))
 	t.Cleanup(func() { os.Remove(leaseFile) })
 

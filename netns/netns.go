@@ -13,12 +13,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/internal/fault"
 )
 
@@ -192,15 +192,16 @@ func (m *Manager) prepareDir() error {
 // mountState reads /proc/self/mountinfo: is dir a mount point, and is its
 // top-most mount shared.
 func mountState(dir string) (mounted, shared bool, err error) {
-	mounts, err := readMountinfo("/proc/self/mountinfo")
+	mounts, err := evidence.ReadMountinfo("/proc/self/mountinfo")
 	if err != nil {
 		return false, false, err
 	}
+	dir = filepath.Clean(dir)
 	for _, mi := range mounts {
-		if mi.mountPoint == dir {
+		if mi.MountPoint == dir {
 			mounted = true
 			// The last entry for a path is the one on top.
-			shared = strings.Contains(mi.optional, "shared:")
+			shared = mi.Shared()
 		}
 	}
 	return mounted, shared, nil

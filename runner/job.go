@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 )
@@ -198,43 +198,25 @@ func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	if len(ids) == 0 {
 		return leaks
 	}
-	cacheDir := filepath.Join(r.o.Attach.CNI().CacheDir(), "results")
-	if des, err := os.ReadDir(cacheDir); err == nil {
-		for _, de := range des {
-			for id := range ids {
-				if strings.Contains(de.Name(), id) {
-					leaks = append(leaks, "CNI cache entry "+de.Name())
-				}
-			}
+	// Evidence that cannot be read is skipped: the check lists what the
+	// run visibly left; gc and doctor report a host they cannot read.
+	cache, _ := evidence.ReadCache(ctx, r.o.Attach.CNI().CacheDir(), "")
+	for _, e := range cache {
+		if ids[e.ContainerID] {
+			leaks = append(leaks, "CNI cache entry "+filepath.Base(e.File))
 		}
 	}
-	if leases, err := filepath.Glob("/var/lib/cni/networks/*/*"); err == nil {
-		for _, l := range leases {
-			b := filepath.Base(l)
-			if b == "lock" || strings.HasPrefix(b, "last_reserved_ip") {
-				continue
-			}
-			content, _ := os.ReadFile(l)
-			id, _, _ := strings.Cut(string(content), "\n")
-			if ids[strings.TrimSpace(id)] {
-				leaks = append(leaks, "lease "+l)
-			}
+	leases, _ := evidence.ReadAllLeases(evidence.HostLocalDir)
+	for _, l := range leases {
+		if ids[l.ID] {
+			leaks = append(leaks, "lease "+l.Path)
 		}
 	}
-	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.CommandContext(ctx, tool).Output()
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			i := strings.Index(line, `id: \"`)
-			if i < 0 {
-				continue
-			}
-			rest := line[i+len(`id: \"`):]
-			id, _, _ := strings.Cut(rest, `\"`)
-			if ids[id] {
-				leaks = append(leaks, fmt.Sprintf("%s rule %s", tool, line))
+	sets, _ := evidence.ReadRulesets(ctx)
+	for _, set := range sets {
+		for _, rl := range set.Rules {
+			if _, id, ok := evidence.ParseMarker(rl.Line); ok && ids[id] {
+				leaks = append(leaks, fmt.Sprintf("%s rule %s", set.Family.SaveTool(), rl.Line))
 			}
 		}
 	}
