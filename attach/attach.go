@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"log/slog"
 	"time"
 
@@ -554,8 +555,12 @@ func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attach
 		if evidence.Owned(c, mine) != evidence.Mine {
 			continue
 		}
+		// Only a namespace in the netns dir is entered for DEL and
+		// removed: the cache file could name any path (/proc/1/ns/net).
 		path := m.o.Netns.Path(id)
-		if c.NetNS != "" {
+		if c.NetNS != "" && filepath.Dir(filepath.Clean(c.NetNS)) != m.o.Netns.Dir() {
+			m.log.Warn("libcni cache entry names a namespace outside the netns dir; using the ID's own path", "id", id, "netns", c.NetNS)
+		} else if c.NetNS != "" {
 			path = c.NetNS
 		}
 		return &store.Attachment{ID: id, Network: c.Network, IfName: c.IfName, NetnsPath: path, Phase: store.PhaseTearingDown}, nil

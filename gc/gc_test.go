@@ -375,3 +375,34 @@ func TestOtherBerthsAttachmentKept(t *testing.T) {
 		t.Fatalf("net down by its owner: %v\n%s", down.status, down.stderr)
 	}
 }
+
+// TestCacheEntryOutsideNetnsDir: a berth-marked cache entry whose netns
+// field names a path outside the netns dir (a damaged or planted file) is
+// DELed without entering that path, and the path is never unlinked.
+func TestCacheEntryOutsideNetnsDir(t *testing.T) {
+	e := newEnv(t, full("10.199.111.0/24"))
+	id := e.id()
+	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
+	testenv.Must(t, os.Remove(filepath.Join(e.dataDir, "berth.db")))
+	outside := filepath.Join(t.TempDir(), "planted")
+	testenv.Must(t, os.WriteFile(outside, nil, 0o644))
+	entries, _ := filepath.Glob(filepath.Join(e.cacheDir, "results", "*-"+id+"-*"))
+	if len(entries) != 1 {
+		t.Fatalf("cache entries of %s: %v", id, entries)
+	}
+	raw, err := os.ReadFile(entries[0])
+	testenv.Must(t, err)
+	raw = []byte(strings.ReplaceAll(string(raw), "/run/netns/"+id, outside))
+	testenv.Must(t, os.WriteFile(entries[0], raw, 0o600))
+
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || rep.Failed() {
+		t.Fatalf("gc: %v %v\n%s", r.status, rep.Errors, r.stderr)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("gc removed %s, a path outside the netns dir: %v", outside, err)
+	}
+	if _, err := os.Stat(entries[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cache entry was not reclaimed: %v", err)
+	}
+}

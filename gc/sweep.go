@@ -407,19 +407,22 @@ func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.Ca
 // configuration is used), then removes what DEL cannot: the bridge's
 // masquerade rules when the namespace is gone, and the namespace.
 func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry) error {
-	isPinned := pinned(e.NetNS)
+	// A cache entry is only a file: a namespace it names outside the
+	// netns dir (/proc/1/ns/net, say) is never entered for DEL, where the
+	// plugins would delete that namespace's interfaces, nor removed.
+	inDir := e.NetNS != "" && filepath.Dir(filepath.Clean(e.NetNS)) == r.netns.Dir()
 	att := &cni.Attachment{ContainerID: e.ContainerID, IfName: e.IfName}
-	if isPinned {
+	if inDir && pinned(e.NetNS) {
 		att.NetNS = e.NetNS
 	}
 	// Without the namespace, Del also removes the attachment's marked rules.
 	if err := r.o.CNI.Del(ctx, nw.conf, nw.name, att); err != nil {
 		return err
 	}
-	if e.NetNS == "" || strings.HasPrefix(e.NetNS, "/proc/") {
-		return nil
-	}
-	if !r.ours(e) && filepath.Dir(e.NetNS) != r.netns.Dir() {
+	if !inDir {
+		if e.NetNS != "" {
+			r.log.Warn("cache entry names a namespace outside the netns dir: neither entered nor removed", "netns", e.NetNS, "id", e.ContainerID)
+		}
 		return nil
 	}
 	rr, err := netns.RemovePath(ctx, e.NetNS)

@@ -35,6 +35,10 @@ var (
 	ErrInvalidName = errors.New("invalid network namespace name")
 	// ErrExists is returned by Create when the name is taken.
 	ErrExists = errors.New("network namespace already exists")
+	// ErrNotNetns: RemovePath was asked to remove something that is
+	// neither a pinned namespace nor an empty mount point (a path a
+	// damaged record or a foreign cache entry named).
+	ErrNotNetns = errors.New("not a network namespace pin")
 )
 
 // ValidateName accepts names made of letters, digits, '-', '_' and '.',
@@ -235,15 +239,27 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 	defer func() { rep.Duration = time.Since(start) }()
 
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	if err := unix.Lstat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return rep, nil
 		}
 		return rep, fmt.Errorf("remove netns %s: %w", path, err)
 	}
+	// Only a namespace pin, or the empty file a pin leaves, is ours to
+	// unlink: never a symlink, a directory, or a file with content.
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return rep, fmt.Errorf("remove netns %s: %w: it is a symlink", path, ErrNotNetns)
+	}
+	pinned, err := IsPinned(path)
+	if err != nil {
+		return rep, fmt.Errorf("remove netns %s: %w", path, err)
+	}
+	if !pinned && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0) {
+		return rep, fmt.Errorf("remove netns %s: %w: refusing to unlink it", path, ErrNotNetns)
+	}
 	rep.Existed = true
 
-	err := unix.Unmount(path, 0)
+	err = unix.Unmount(path, 0)
 	switch {
 	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
 		// Unmounted, or not a mount point (an empty mount point left behind).
