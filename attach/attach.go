@@ -13,8 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/berth/berth/cni"
