@@ -26,6 +26,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
@@ -198,7 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	a.drivers = runner.StandardDrivers(runner.StandardOptions{PodmanSocket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: a.log})
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		cctx, cancel := cleanup.Context(ctx, time.Minute)
 		defer cancel()
 		if err := a.drivers.Close(cctx); err != nil {
 			a.log.Warn("closing drivers", "err", err)
@@ -259,7 +260,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-gcDone
 	a.drain()
 
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
 	defer cancel()
 	for _, s := range servers {
 		_ = s.Shutdown(sctx)
@@ -298,7 +299,7 @@ func (a *Agent) isDraining() bool {
 func (a *Agent) allocDir() string { return filepath.Join(a.cfg.DataDir, "alloc") }
 
 func (a *Agent) bridge() runner.BridgeConfig {
-	return runner.BridgeConfig{Network: a.cfg.Bridge.Network, Bridge: a.cfg.Bridge.Iface, Subnet: a.cfg.Bridge.Subnet}
+	return runner.BridgeConfig{Network: a.cfg.Bridge.Network, Iface: a.cfg.Bridge.Iface, Subnet: a.cfg.Bridge.Subnet}
 }
 
 func (a *Agent) server(h http.Handler) *http.Server {

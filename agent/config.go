@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		StopTimeout:  "2m",
 		LogLevel:     "info",
 		LogFormat:    "text",
-		Bridge:       &BridgeConfig{Network: b.Network, Iface: b.Bridge, Subnet: b.Subnet},
+		Bridge:       &BridgeConfig{Network: b.Network, Iface: b.Iface, Subnet: b.Subnet},
 		API:          &APIConfig{Socket: api.DefaultSocket},
 	}
 }
@@ -212,7 +212,7 @@ func (cfg *Config) check() (*settings, error) {
 	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
 		bad("log_format %q: use text or json", cfg.LogFormat)
 	}
-	b := runner.BridgeConfig{Network: cfg.Bridge.Network, Bridge: cfg.Bridge.Iface, Subnet: cfg.Bridge.Subnet}
+	b := runner.BridgeConfig{Network: cfg.Bridge.Network, Iface: cfg.Bridge.Iface, Subnet: cfg.Bridge.Subnet}
 	if _, err := b.ConfList(); err != nil {
 		bad("bridge: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
@@ -32,12 +33,12 @@ func (rf *RunnerFlags) register(cmd *cobra.Command) {
 	b := runner.DefaultBridge()
 	cmd.Flags().StringVar(&rf.PodmanSocket, "podman-socket", "", "podman service socket (default: berth starts its own under the data dir when none answers there)")
 	cmd.Flags().StringVar(&rf.BridgeName, "bridge-network", b.Network, "CNI network name of network mode \"bridge\"")
-	cmd.Flags().StringVar(&rf.BridgeIface, "bridge-iface", b.Bridge, "bridge interface of network mode \"bridge\"")
+	cmd.Flags().StringVar(&rf.BridgeIface, "bridge-iface", b.Iface, "bridge interface of network mode \"bridge\"")
 	cmd.Flags().StringVar(&rf.BridgeSubnet, "bridge-subnet", b.Subnet, "subnet of network mode \"bridge\"")
 }
 
 func (rf *RunnerFlags) bridge() runner.BridgeConfig {
-	return runner.BridgeConfig{Network: rf.BridgeName, Bridge: rf.BridgeIface, Subnet: rf.BridgeSubnet}
+	return runner.BridgeConfig{Network: rf.BridgeName, Iface: rf.BridgeIface, Subnet: rf.BridgeSubnet}
 }
 
 // Drivers builds the driver set; podman is started only when a task needs it.
@@ -139,7 +140,7 @@ stops running tasks, tears their networks down and prints the summary.`,
 				OwnerPID: os.Getpid(), OwnerStartTime: self,
 			})
 			defer func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				cctx, cancel := cleanup.Context(ctx, time.Minute)
 				defer cancel()
 				if err := drivers.Close(cctx); err != nil {
 					g.Logger().Warn("closing drivers", "err", err)
