@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/cni"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -84,14 +83,7 @@ func (jr *jobRun) status() string {
 // parseJob validates a job against this node, its drivers and CNI networks,
 // exactly as `berth run` does.
 func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
-	return jobspec.Parse(src, filename, jobspec.ParseOptions{
-		Node:    a.node,
-		Drivers: a.drivers.Validators(),
-		Network: func(name string) error {
-			_, err := cni.LoadNetwork(ctx, a.cfg.CNIConfigDir, name)
-			return err
-		},
-	})
+	return jobspec.Parse(src, filename, a.node.ParseOptions(ctx))
 }
 
 func warnings(j *jobspec.Job) []string {
@@ -118,7 +110,7 @@ func resumes(j *jobspec.Job) bool {
 
 // resumeJobs loads the stored jobs and starts those that resume.
 func (a *Agent) resumeJobs(ctx context.Context) {
-	recs, err := a.st.ListJobs(ctx)
+	recs, err := a.node.Store.ListJobs(ctx)
 	if err != nil {
 		a.log.Error("cannot read the stored jobs; none resumed", "err", err)
 		return
@@ -162,7 +154,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 func (a *Agent) putJob(ctx context.Context, rec jobRecord) {
 	b, err := json.Marshal(rec)
 	if err == nil {
-		err = a.st.PutJob(context.WithoutCancel(ctx), rec.ID, b)
+		err = a.node.Store.PutJob(context.WithoutCancel(ctx), rec.ID, b)
 	}
 	if err != nil {
 		a.log.Error("could not record job", "job", rec.ID, "err", err)
@@ -265,7 +257,7 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	}
 	a.mu.Unlock()
 	if del {
-		if err := a.st.DeleteJob(ctx, jr.rec.ID); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, jr.rec.ID); err != nil {
 			log.Error("could not delete stopped job", "err", err)
 		}
 	}
@@ -318,7 +310,7 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	if err != nil {
 		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
 	}
-	if err := a.st.PutJob(ctx, job.ID, b); err != nil {
+	if err := a.node.Store.PutJob(ctx, job.ID, b); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
 	a.mu.Lock()
@@ -383,7 +375,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		delete(a.jobs, id)
 		sum := jr.summary
 		a.mu.Unlock()
-		if err := a.st.DeleteJob(ctx, id); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, id); err != nil {
 			return nil, err
 		}
 		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
@@ -405,7 +397,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 }
 
 func (a *Agent) allocCounts(ctx context.Context, job string) (map[string]int, []*store.Allocation, error) {
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: job})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -444,7 +436,7 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 		stubs = append(stubs, stubLocked(jr))
 	}
 	a.mu.Unlock()
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
 	if err != nil {
 		return nil, err
 	}

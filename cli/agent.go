@@ -60,7 +60,7 @@ the command line wins over the file. Both -config and --config are accepted.`,
 				}
 			}
 			applyAgentFlags(cmd.Flags(), g, &cfg)
-			logger, err := agent.NewLogger(cfg, g.stderr)
+			logger, err := cfg.NewLogger(g.stderr)
 			if err != nil {
 				return err
 			}
