@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -13,60 +11,30 @@ import (
 
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/cni"
-	"github.com/berth/berth/internal/cleanup"
-	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
 )
 
-// RunnerFlags are the settings of commands that run jobs.
-type RunnerFlags struct {
-	PodmanSocket string
-	BridgeName   string
-	BridgeIface  string
-	BridgeSubnet string
-}
-
-func (rf *RunnerFlags) register(cmd *cobra.Command) {
-	b := runner.DefaultBridge()
-	cmd.Flags().StringVar(&rf.PodmanSocket, "podman-socket", "", "podman service socket (default: berth starts its own under the data dir when none answers there)")
-	cmd.Flags().StringVar(&rf.BridgeName, "bridge-network", b.Network, "CNI network name of network mode \"bridge\"")
-	cmd.Flags().StringVar(&rf.BridgeIface, "bridge-iface", b.Iface, "bridge interface of network mode \"bridge\"")
-	cmd.Flags().StringVar(&rf.BridgeSubnet, "bridge-subnet", b.Subnet, "subnet of network mode \"bridge\"")
-}
-
-func (rf *RunnerFlags) bridge() runner.BridgeConfig {
-	return runner.BridgeConfig{Network: rf.BridgeName, Iface: rf.BridgeIface, Subnet: rf.BridgeSubnet}
-}
-
-// Drivers builds the driver set; podman is started only when a task needs it.
-func (g *Globals) Drivers(rf *RunnerFlags) *runner.Drivers {
-	return runner.StandardDrivers(runner.StandardOptions{PodmanSocket: rf.PodmanSocket, DataDir: g.DataDir, Logger: g.Logger()})
-}
-
-// ParseJob parses and validates a job file against this node, its drivers
-// and its CNI networks.
-func (g *Globals) ParseJob(path string, drivers *runner.Drivers) (*jobspec.Job, error) {
-	return jobspec.ParseFile(path, jobspec.ParseOptions{
-		Node:    jobspec.LocalNode(),
-		Drivers: drivers.Validators(),
-		Network: func(name string) error {
-			_, err := cni.LoadNetwork(context.Background(), g.CNIConfigDir, name)
-			return err
-		},
-	})
+// parseJob parses and validates a job file against the node: its
+// drivers and its CNI networks. It opens nothing: an invalid job leaves no
+// data dir behind.
+func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string) (*jobspec.Job, error) {
+	return jobspec.ParseFile(path, n.ParseOptions(ctx))
 }
 
 func newValidateCmd(g *Globals) *cobra.Command {
-	rf := &RunnerFlags{}
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:   "validate JOBFILE",
 		Short: "Parse and validate a job file; print the normalized job and, for a periodic job, its next launches",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, err := g.ParseJob(args[0], g.Drivers(rf))
+			n, err := g.newNode()
+			if err != nil {
+				return err
+			}
+			job, err := g.parseJob(cmd.Context(), n, args[0])
 			if err != nil {
 				return err
 			}
@@ -101,12 +69,9 @@ func newValidateCmd(g *Globals) *cobra.Command {
 			return nil
 		},
 	}
-	rf.register(cmd)
-	return cmd
 }
 
 func newRunCmd(g *Globals) *cobra.Command {
-	rf := &RunnerFlags{}
 	var maxRuns int
 	var forDur time.Duration
 	cmd := &cobra.Command{
@@ -120,32 +85,20 @@ stops running tasks, tears their networks down and prints the summary.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			drivers := g.Drivers(rf)
-			job, err := g.ParseJob(args[0], drivers)
+			n, err := g.newNode()
 			if err != nil {
 				return err
 			}
-			st, err := g.OpenStore(ctx)
+			job, err := g.parseJob(ctx, n, args[0])
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			m := g.Manager(st)
-			g.Reconcile(ctx, st, m)
-			self, _ := proc.SelfStartTime()
-			r := runner.New(runner.Options{
-				Attach: m, Store: st, Drivers: drivers,
-				AllocDir: filepath.Join(g.DataDir, "alloc"), Bridge: rf.bridge(),
-				Node: jobspec.LocalNode(), Logger: g.Logger(),
-				OwnerPID: os.Getpid(), OwnerStartTime: self,
-			})
-			defer func() {
-				cctx, cancel := cleanup.Context(ctx, time.Minute)
-				defer cancel()
-				if err := drivers.Close(cctx); err != nil {
-					g.Logger().Warn("closing drivers", "err", err)
-				}
-			}()
+			if err := n.OpenStore(ctx); err != nil {
+				return err
+			}
+			defer g.closeNode(ctx, n)
+			g.Reconcile(ctx, n)
+			r := n.Runner()
 			if !g.JSON {
 				fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
 			}
@@ -182,7 +135,6 @@ stops running tasks, tears their networks down and prints the summary.`,
 			return nil
 		},
 	}
-	rf.register(cmd)
 	cmd.Flags().IntVar(&maxRuns, "max-runs", 0, "stop a periodic job after N launches (0: no limit)")
 	cmd.Flags().DurationVar(&forDur, "for", 0, "stop launching and stop running tasks after this long (0: no limit)")
 	return cmd
