@@ -299,7 +299,7 @@ func (a *Agent) handleAllocs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	allocs, err := a.st.ListAllocations(r.Context(), store.AllocFilter{JobID: job})
+	allocs, err := a.node.Store.ListAllocations(r.Context(), store.AllocFilter{JobID: job})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -315,11 +315,11 @@ func (a *Agent) findAlloc(ctx context.Context, id string) (*store.Allocation, er
 	if !allocIDRE.MatchString(id) {
 		return nil, fmt.Errorf("%w: allocation ID %q: use the ID (a UUID) or a prefix of it", ErrInvalidName, id)
 	}
-	al, err := a.st.GetAllocation(ctx, id)
+	al, err := a.node.Store.GetAllocation(ctx, id)
 	if err == nil || !errors.Is(err, store.ErrNotFound) || len(id) == 36 {
 		return al, err
 	}
-	all, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	all, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +393,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	path := filepath.Join(a.allocDir(), al.ID, task+"."+typ)
+	path := filepath.Join(a.cfg.AllocDir(), al.ID, task+"."+typ)
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -419,7 +419,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
-	list, err := attach.ListNamespaces(r.Context(), a.m)
+	list, err := attach.ListNamespaces(r.Context(), a.node.Attach)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/cni"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -85,19 +84,13 @@ func (jr *jobRun) status() string {
 // exactly as `berth run` does, and refuses it when this node does not meet
 // its constraints, datacenters or node pool.
 func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
-	job, err := jobspec.Parse(src, filename, jobspec.ParseOptions{
-		Node:    a.node,
-		Drivers: a.drivers.Validators(),
-		Network: func(name string) error {
-			_, err := cni.LoadNetwork(ctx, a.cfg.CNIConfigDir, name)
-			return err
-		},
-	})
+	opts := a.node.ParseOptions(ctx)
+	job, err := jobspec.Parse(src, filename, opts)
 	if err != nil {
 		return nil, err
 	}
 	var pe *jobspec.PlacementError
-	if err := job.Placement(a.node); errors.As(err, &pe) {
+	if err := job.Placement(opts.Node); errors.As(err, &pe) {
 		return nil, jobspec.Diagnostics{pe.Diagnostic()}
 	}
 	return job, nil
@@ -127,7 +120,7 @@ func resumes(j *jobspec.Job) bool {
 
 // resumeJobs loads the stored jobs and starts those that resume.
 func (a *Agent) resumeJobs(ctx context.Context) {
-	recs, err := a.st.ListJobs(ctx)
+	recs, err := a.node.Store.ListJobs(ctx)
 	if err != nil {
 		a.log.Error("cannot read the stored jobs; none resumed", "err", err)
 		return
@@ -171,7 +164,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 func (a *Agent) putJob(ctx context.Context, rec jobRecord) {
 	b, err := json.Marshal(rec)
 	if err == nil {
-		err = a.st.PutJob(context.WithoutCancel(ctx), rec.ID, b)
+		err = a.node.Store.PutJob(context.WithoutCancel(ctx), rec.ID, b)
 	}
 	if err != nil {
 		a.log.Error("could not record job", "job", rec.ID, "err", err)
@@ -274,7 +267,7 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	}
 	a.mu.Unlock()
 	if del {
-		if err := a.st.DeleteJob(ctx, jr.rec.ID); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, jr.rec.ID); err != nil {
 			log.Error("could not delete stopped job", "err", err)
 		}
 	}
@@ -327,7 +320,7 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	if err != nil {
 		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
 	}
-	if err := a.st.PutJob(ctx, job.ID, b); err != nil {
+	if err := a.node.Store.PutJob(ctx, job.ID, b); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
 	a.mu.Lock()
@@ -392,7 +385,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		delete(a.jobs, id)
 		sum := jr.summary
 		a.mu.Unlock()
-		if err := a.st.DeleteJob(ctx, id); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, id); err != nil {
 			return nil, err
 		}
 		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
@@ -414,7 +407,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 }
 
 func (a *Agent) allocCounts(ctx context.Context, job string) (map[string]int, []*store.Allocation, error) {
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: job})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -453,7 +446,7 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 		stubs = append(stubs, stubLocked(jr))
 	}
 	a.mu.Unlock()
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
 	if err != nil {
 		return nil, err
 	}

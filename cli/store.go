@@ -23,11 +23,12 @@ down from libcni's cache).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			st, err := g.OpenStore(ctx)
+			n, err := g.openNode(ctx)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer g.closeNode(ctx, n)
+			st := n.Store
 			bad, err := st.Unreadable(ctx)
 			if err != nil {
 				return err
@@ -58,11 +59,12 @@ down from libcni's cache).`,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
-			st, err := g.OpenStore(ctx)
+			n, err := g.openNode(ctx)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer g.closeNode(ctx, n)
+			st := n.Store
 			if err := st.DeleteRecord(ctx, a[0], a[1]); err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 )
@@ -143,7 +144,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	sum.SetupP50, sum.SetupP99 = setup.quantile(50), setup.quantile(99)
 	sum.TeardownP50, sum.TeardownP99 = teardown.quantile(50), teardown.quantile(99)
 	sum.ExitToGoneP50 = gone.quantile(50)
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	lctx, cancel := cleanup.Context(ctx, time.Minute)
 	defer cancel()
 	sum.Leaks = r.LeakCheck(lctx, ids)
 	sum.Duration = time.Since(start).Seconds()

@@ -21,6 +21,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
@@ -332,7 +333,7 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 // finish tears the network down and records the outcome.
 func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
 	var tdErr error
 	if hasNetwork {
@@ -632,13 +633,13 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 
 	res, werr := h.Wait(ctx)
 	if ctx.Err() != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dt.KillTimeout+30*time.Second)
+		sctx, cancel := cleanup.Context(ctx, dt.KillTimeout+30*time.Second)
 		_ = h.Stop(sctx, dt.KillTimeout)
 		res, werr = h.Wait(sctx)
 		cancel()
 	}
 	dstart := time.Now()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
 	cancel()
 	a.timing("driver_cleanup", time.Since(dstart))
