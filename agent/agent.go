@@ -29,6 +29,7 @@ import (
 	"github.com/berth/berth/node"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/ui"
 )
 
 // ErrAgentRunning: another agent answers on the API socket.
@@ -52,6 +53,8 @@ type Agent struct {
 	version string
 	banner  io.Writer
 	ready   chan struct{}
+	uiPage  *ui.UI      // the status page
+	hist    *ui.History // what it plots: the last hour
 
 	// Set by Run before ready is closed, read-only afterwards.
 	node     *node.Node
@@ -93,6 +96,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	for _, o := range opts {
 		o(a)
 	}
+	a.newUI()
 	return a, nil
 }
 
@@ -179,7 +183,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	servers := []*http.Server{us}
 	go func() { serveErr <- serve(us, ul, "unix:"+cfg.API.Socket) }()
 	if tl != nil {
-		ts := a.server(a.requireToken(mux))
+		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
 		servers = append(servers, ts)
 		go func() { serveErr <- serve(ts, tl, "tcp:"+a.tcpAddr) }()
 	}
@@ -280,11 +284,16 @@ func (a *Agent) printBanner() {
 	if podmanSock == "" {
 		podmanSock = filepath.Join(cfg.DataDir, "podman", "podman.sock") + " (started by berth when a task needs it)"
 	}
+	page := "/ui/ on the API socket (a browser reaches it through e.g. ssh -L 4646:" + a.unixAddr + " HOST)"
+	if a.tcpAddr != "" {
+		page = "http://" + a.tcpAddr + "/ui/ (sign in with the API token)"
+	}
 	lines := [][2]string{
 		{"Version", a.version},
 		{"API socket", "unix://" + a.unixAddr + " (mode 0600)"},
 		{"API TCP", tcp},
 		{"Metrics", "GET /metrics on the API"},
+		{"Status page", page},
 		{"Data dir", cfg.DataDir},
 		{"Netns dir", cfg.NetnsDir},
 		{"CNI config dir", cfg.CNIConfigDir},

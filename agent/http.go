@@ -20,6 +20,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/ui"
 )
 
 // route is one API endpoint.
@@ -64,6 +65,8 @@ func (a *Agent) routes() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s; allowed: %s", r.Method, p, allow)
 		})))
 	}
+	// The status page (package ui); on TCP, Run puts it behind its gate.
+	mux.Handle(ui.Prefix, a.met.InstrumentHandler(ui.Prefix, a.logRequests(ui.Prefix, a.uiPage.Handler())))
 	mux.Handle("/", a.met.InstrumentHandler("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no API route %s %s", r.Method, r.URL.Path)
 	})))
@@ -74,15 +77,13 @@ func (a *Agent) routes() http.Handler {
 // bearer token. The comparison is of SHA-256 digests in constant time, so
 // neither the token's content nor its length leaks through timing.
 func (a *Agent) requireToken(next http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(a.set.token))
 	reject := a.met.InstrumentHandler("unauthorized", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 		writeError(w, http.StatusUnauthorized, "missing or invalid bearer token")
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if !ok || !a.tokenOK(got) {
 			reason := "invalid token"
 			if !ok {
 				reason = "no bearer token"
@@ -93,6 +94,14 @@ func (a *Agent) requireToken(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tokenOK reports whether got (surrounding white space ignored) is the
+// API's token. The comparison is of SHA-256 digests in constant time.
+func (a *Agent) tokenOK(got string) bool {
+	want := sha256.Sum256([]byte(a.set.token))
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1
 }
 
 type statusRecorder struct {
@@ -198,18 +207,26 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
-	by, _, err := a.allocCounts(r.Context(), "")
+	self, err := a.self(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, self)
+}
+
+func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {
+	by, _, err := a.allocCounts(ctx, "")
+	if err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	draining, last := a.draining, a.lastGC
 	a.mu.Unlock()
-	writeJSON(w, http.StatusOK, api.AgentSelf{
+	return &api.AgentSelf{
 		Version: a.version, PID: os.Getpid(), StartedAt: a.started, Draining: draining,
 		Config: a.cfg.summary(a.tcpAddr), Jobs: a.jobCounts(), Allocations: by, LastGC: last,
-	})
+	}, nil
 }
 
 // submitRequest decodes and checks a job submission body.

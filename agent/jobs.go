@@ -206,6 +206,7 @@ func (a *Agent) start(jr *jobRun) error {
 // allocDone logs an allocation's end with everything an operator greps
 // for: alloc_id, job, netns and network.
 func (a *Agent) allocDone(log *slog.Logger, al *store.Allocation) {
+	a.recordAlloc(al)
 	attrs := []any{"alloc_id", al.ID, "group", al.Group, "status", al.Status}
 	if n := al.Network; n != nil {
 		attrs = append(attrs, "netns", n.NetnsPath, "network", n.Network, "ipv4", strings.Join(n.IPv4, ","))
