@@ -31,7 +31,7 @@ func (s uiSource) Job(ctx context.Context, id string) (*api.JobStatus, error) {
 }
 
 func (s uiSource) Allocations(ctx context.Context, job string) ([]api.Allocation, error) {
-	allocs, err := s.a.st.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	allocs, err := s.a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: job})
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s uiSource) Allocation(ctx context.Context, id string) (*api.Allocation, e
 }
 
 func (s uiSource) Namespaces(ctx context.Context) ([]api.NetnsEntry, error) {
-	list, err := attach.ListNamespaces(ctx, s.a.m)
+	list, err := attach.ListNamespaces(ctx, s.a.node.Attach)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (s uiSource) LogTail(ctx context.Context, allocID, task, stream string, max
 	if !known {
 		return nil, fmt.Errorf("allocation %s has no task %q: %w", al.ID, task, ui.ErrNotFound)
 	}
-	f, err := os.Open(filepath.Join(s.a.allocDir(), al.ID, task+"."+stream))
+	f, err := os.Open(filepath.Join(s.a.node.Config.AllocDir(), al.ID, task+"."+stream))
 	if err != nil {
 		return nil, uiErr(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/ui"
 )
 
@@ -109,7 +110,7 @@ func TestStatusPageOfRealAgent(t *testing.T) {
 	// this shared host.
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
-	cfg.Bridge = &agent.BridgeConfig{Network: "btui-br-" + testenv.RandSuffix(6), Iface: "btui" + testenv.RandSuffix(6), Subnet: bridgeSubnet}
+	cfg.Bridge = &node.Bridge{Network: "btui-br-" + testenv.RandSuffix(6), Iface: "btui" + testenv.RandSuffix(6), Subnet: bridgeSubnet}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock"), TCPAddress: "127.0.0.1:0", Token: token}
 	logPath := filepath.Join(dir, "agent.log")
 	a := startAgent(t, cfg, logPath)
