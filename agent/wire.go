@@ -152,6 +152,10 @@ func WireNamespaces(list []attach.NetEntry) []api.NetnsEntry {
 
 // WireSummary is the API's form of a job run's summary; `berth run`
 // prints its own run through it too. nil stays nil.
+// WireAllocation is an allocation in the API's form, for the CLI's own
+// output (`berth run --json`).
+func WireAllocation(a *store.Allocation) *api.Allocation { return wireAlloc(a) }
+
 func WireSummary(s *runner.Summary) *api.JobSummary {
 	if s == nil {
 		return nil

@@ -10,11 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/node"
-	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
 )
 
@@ -166,36 +164,13 @@ stops running tasks, tears their networks down and prints the summary.`,
 			defer g.closeNode(ctx, n)
 			g.Reconcile(ctx, n)
 			r := n.Runner()
-			if !g.JSON {
-				fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
-			}
-			sum, err := r.RunJob(ctx, job, runner.RunOptions{
-				MaxRuns: maxRuns, For: forDur,
-				OnStart: func(a *store.Allocation) {
-					if !g.JSON {
-						fmt.Fprintln(g.stdout, startLine(a))
-					}
-				},
-				OnAlloc: func(a *store.Allocation) {
-					if g.JSON {
-						return
-					}
-					fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9.1f  %11.1f\n", a.ID, a.Status, exitCodes(a), a.TimingsMS["netns"]+a.TimingsMS["add"], a.TimingsMS["del"]+a.TimingsMS["remove"])
-					if a.StatusDesc != "" && a.Status != store.AllocComplete {
-						fmt.Fprintf(g.stdout, "    %s\n", a.StatusDesc)
-					}
-				},
-			})
+			out := newRunOutput(g.stdout, g.JSON)
+			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
+			out.close()
 			if err != nil {
 				return err
 			}
-			if g.JSON {
-				if err := g.PrintJSON(sum); err != nil {
-					return err
-				}
-			} else {
-				printSummary(g, agent.WireSummary(sum))
-			}
+			out.summary(g, sum)
 			if !sum.OK() {
 				return exitCode(1)
 			}

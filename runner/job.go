@@ -29,6 +29,9 @@ type RunOptions struct {
 	// OnStart is called with each allocation as its tasks start, its
 	// network (address, ports) set up.
 	OnStart func(*store.Allocation)
+	// OnSchedule is told, from the launching goroutine, how many launches
+	// there were so far and when the next one is due (zero: none).
+	OnSchedule func(launches int, next time.Time)
 	// Now and After let tests drive the periodic clock.
 	Now func() time.Time
 }
@@ -119,12 +122,19 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		return running
 	}
 
+	schedule := func(next time.Time) {
+		if o.OnSchedule != nil {
+			o.OnSchedule(sum.Launches, next)
+		}
+	}
 	if job.Periodic == nil || !job.Periodic.Enabled {
 		launch()
+		schedule(time.Time{})
 	} else {
 		var last *atomic.Int64
 		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
 			next := job.Periodic.Next(o.Now())
+			schedule(next)
 			if next.IsZero() {
 				break
 			}
@@ -138,6 +148,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			}
 			last = launch()
 		}
+		schedule(time.Time{})
 	}
 	wg.Wait()
 
