@@ -152,12 +152,33 @@ type Status struct {
 	Timings Timings `json:"timings_ms"`
 }
 
-// Timings are step durations in milliseconds.
-type Timings map[string]float64
-
-func (t Timings) add(step string, d time.Duration) {
-	t[step] += float64(d.Microseconds()) / 1000
+// Timings are how long the steps of one Setup, Check or Teardown took, in
+// milliseconds; a step that did not run is absent from the JSON. The
+// fields are in the alphabetical order of their JSON keys, as the map
+// they replaced was encoded.
+type Timings struct {
+	// Add is CNI ADD, without the wait for the network's lock.
+	Add float64 `json:"add,omitempty"`
+	// Check is CNI CHECK of an existing attachment.
+	Check float64 `json:"check,omitempty"`
+	// Del is CNI DEL, without the wait for the network's lock.
+	Del float64 `json:"del,omitempty"`
+	// HealTeardown is tearing down an attachment that failed CHECK, before
+	// it is made again.
+	HealTeardown float64 `json:"heal_teardown,omitempty"`
+	// Netns is creating and pinning the namespace.
+	Netns float64 `json:"netns,omitempty"`
+	// Record is writing and deleting berth's record of the attachment.
+	Record float64 `json:"record,omitempty"`
+	// Remove is unmounting and unlinking the namespace.
+	Remove float64 `json:"remove,omitempty"`
 }
+
+// ms is d in milliseconds, to the microsecond, as Timings hold it.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// since is ms(time.Since(start)).
+func since(start time.Time) float64 { return ms(time.Since(start)) }
 
 func (m *Manager) logger(id, path, network string) *slog.Logger {
 	return m.log.With("id", id, "netns", path, "network", network)
@@ -285,7 +306,7 @@ func (m *Manager) cniAttachment(id, path, ifname string, args map[string]string,
 }
 
 func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log *slog.Logger) (*Status, error) {
-	t := Timings{}
+	var t Timings
 	path := m.o.Netns.Path(req.ID)
 	rec := m.newRecord(req, net, path)
 
@@ -293,13 +314,13 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
 		return nil, fmt.Errorf("setup %s: record intent: %w", req.ID, err)
 	}
-	t.add("record", time.Since(start))
+	t.Record += since(start)
 	fault.Point(fault.AfterIntent)
 
 	start = time.Now()
 	_, err := m.o.Netns.Create(ctx, req.ID)
 	m.obs.NetnsOp("create", time.Since(start), err)
-	t.add("netns", time.Since(start))
+	t.Netns += since(start)
 	if err != nil {
 		// Create leaves nothing on failure; only the intent remains.
 		if derr := m.o.Store.DeleteAttachment(context.WithoutCancel(ctx), req.ID); derr != nil {
@@ -324,7 +345,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 	res, err := m.o.CNI.Add(ctx, net, m.cniAttachment(req.ID, path, rec.IfName, req.Args, req.CapabilityArgs))
 	unlockNet()
 	m.obs.CNIOp("ADD", net.Name(), time.Since(start), err)
-	t.add("add", time.Since(start))
+	t.Add += since(start)
 	if err != nil {
 		log.Warn("CNI ADD failed; undoing", "err", err)
 		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
@@ -337,7 +358,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
 		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: record phase %s: %w", req.ID, rec.Phase, err), log)
 	}
-	t.add("record", time.Since(start))
+	t.Record += since(start)
 	log.Debug("attachment ready", "ipv4", res.Status.IPv4, "timings_ms", t)
 	return &Status{ID: req.ID, NetnsPath: path, Network: net.Name(), Phase: rec.Phase, Status: res.Status, Created: true, Timings: t}, nil
 }
@@ -358,14 +379,14 @@ func (m *Manager) cleanupTimeout() time.Duration {
 }
 
 func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network, rec *store.Attachment, log *slog.Logger) (*Status, error) {
-	t := Timings{}
+	var t Timings
 	stored, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
 	if err != nil || stored.Name() != net.Name() {
 		// The ID is attached to another network (or its record is
 		// unreadable): CHECK against the requested one cannot pass.
 		return nil, fmt.Errorf("setup %s: already attached to network %q, not %q: tear it down first (berth net down %s)", req.ID, rec.Network, net.Name(), req.ID)
 	}
-	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: t}
+	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase}
 	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
 		st.Status = res.Status
 	}
@@ -378,7 +399,8 @@ func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network
 	att := &cni.Attachment{ContainerID: rec.ID, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
 	cerr := m.o.CNI.Check(ctx, stored, att)
 	m.obs.CNIOp("CHECK", stored.Name(), time.Since(start), cerr)
-	t.add("check", time.Since(start))
+	t.Check += since(start)
+	st.Timings.Check = t.Check
 	if cerr == nil {
 		return st, nil
 	}
@@ -391,15 +413,13 @@ func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network
 		m.obs.Healed(net.Name(), err)
 		return nil, fmt.Errorf("setup %s: %w; teardown before recreate failed: %w", req.ID, cerr, err)
 	}
-	t.add("heal_teardown", time.Since(start))
+	t.HealTeardown += since(start)
 	nst, err := m.create(ctx, req, net, log)
 	m.obs.Healed(net.Name(), err)
 	if err != nil {
 		return nil, fmt.Errorf("setup %s: %w; recreate failed: %w", req.ID, cerr, err)
 	}
-	for k, v := range t {
-		nst.Timings[k] += v
-	}
+	nst.Timings.Check, nst.Timings.HealTeardown = t.Check, t.HealTeardown
 	nst.Healed = cerr.Error()
 	log.Info("namespace recreated after CHECK failure", "ipv4", nst.IPv4)
 	return nst, nil
@@ -422,7 +442,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check %s: %w", id, err)
 	}
-	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: Timings{}}
+	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase}
 	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
 		st.Status = res.Status
 	}
@@ -443,7 +463,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	start := time.Now()
 	err = m.o.CNI.Check(ctx, net, &cni.Attachment{ContainerID: id, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs})
 	m.obs.CNIOp("CHECK", net.Name(), time.Since(start), err)
-	st.Timings.add("check", time.Since(start))
+	st.Timings.Check += since(start)
 	if err != nil {
 		m.obs.CheckFailed(net.Name())
 		return st, fmt.Errorf("check %s: %w: %w", id, ErrCheckFailed, err)
@@ -508,9 +528,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 				if err := m.o.Store.DeleteAttachment(ctx, id); err != nil {
 					return nil, fmt.Errorf("teardown %s: delete damaged record: %w", id, err)
 				}
-				return &TeardownReport{ID: id, Timings: Timings{}}, nil
+				return &TeardownReport{ID: id}, nil
 			}
-			return &TeardownReport{ID: id, Nothing: true, Timings: Timings{}}, nil
+			return &TeardownReport{ID: id, Nothing: true}, nil
 		}
 	case err != nil:
 		return nil, fmt.Errorf("teardown %s: read record: %w", id, err)
@@ -570,7 +590,7 @@ func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attach
 
 // teardown undoes rec. The caller holds the ID's lock.
 func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog.Logger) (*TeardownReport, error) {
-	rep := &TeardownReport{ID: rec.ID, Network: rec.Network, Timings: Timings{}}
+	rep := &TeardownReport{ID: rec.ID, Network: rec.Network}
 	if rec.NetnsPath == "" {
 		rec.NetnsPath = m.o.Netns.Path(rec.ID)
 	}
@@ -598,7 +618,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 			return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
 		}
 	}
-	rep.Timings.add("record", time.Since(start))
+	rep.Timings.Record += since(start)
 
 	if needDel {
 		var net *cni.Network
@@ -621,7 +641,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 		err = m.o.CNI.Del(ctx, net, rec.Network, att)
 		unlockNet()
 		m.obs.CNIOp("DEL", rec.Network, time.Since(start), err)
-		rep.Timings.add("del", time.Since(start))
+		rep.Timings.Del += since(start)
 		if err != nil {
 			// The namespace stays: a DEL retried without it would leak
 			// the bridge plugin's masquerade chain.
@@ -633,7 +653,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	start = time.Now()
 	rr, err := netns.RemovePath(ctx, rec.NetnsPath)
 	m.obs.NetnsOp("remove", time.Since(start), err)
-	rep.Timings.add("remove", time.Since(start))
+	rep.Timings.Remove += since(start)
 	if rr != nil {
 		m.obs.Removed(rr)
 		rep.Busy, rep.Retries = rr.Busy, rr.Retries
@@ -652,7 +672,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	if err := m.o.Store.DeleteAttachment(ctx, rec.ID); err != nil {
 		return rep, fmt.Errorf("teardown %s: delete record: %w", rec.ID, err)
 	}
-	rep.Timings.add("record", time.Since(start))
+	rep.Timings.Record += since(start)
 	return rep, nil
 }
 
