@@ -66,8 +66,12 @@ func (nopObserver) Healed(string, error)                       {}
 
 // Options configure a Manager.
 type Options struct {
-	Netns   *netns.Manager
-	CNI     *cni.Client
+	// Netns pins the namespaces; netns.NewManager("") when nil.
+	Netns Namespaces
+	// CNI runs the plugins; a cni.Client with the default paths when nil.
+	CNI CNI
+	// Host tidies idle networks; hostclean.Host when nil.
+	Host    HostCleaner
 	ConfDir string
 	Store   Store
 	Logger  *slog.Logger
@@ -88,6 +92,9 @@ type Manager struct {
 	log   *slog.Logger
 	obs   Observer
 	locks keyed.Mutex
+	// hostLockDir is DefaultLockDir (see LockHost); the unit tests, whose
+	// fakes touch no host chain, use their own.
+	hostLockDir string
 }
 
 // New returns a Manager.
@@ -98,10 +105,13 @@ func New(o Options) *Manager {
 	if o.CNI == nil {
 		o.CNI = cni.NewClient(cni.Options{Rules: hostclean.Rules{}})
 	}
+	if o.Host == nil {
+		o.Host = hostclean.Host{}
+	}
 	if o.ConfDir == "" {
 		o.ConfDir = cni.DefaultConfDir
 	}
-	m := &Manager{o: o, log: o.Logger, obs: o.Observer}
+	m := &Manager{o: o, log: o.Logger, obs: o.Observer, hostLockDir: DefaultLockDir}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -111,11 +121,20 @@ func New(o Options) *Manager {
 	return m
 }
 
-// Netns is the namespace manager in use.
-func (m *Manager) Netns() *netns.Manager { return m.o.Netns }
+// Netns is the namespace manager in use, for the packages that share it
+// (gc, the runner's leak check); nil when Options.Netns was not a
+// *netns.Manager (a unit test's fake).
+func (m *Manager) Netns() *netns.Manager {
+	n, _ := m.o.Netns.(*netns.Manager)
+	return n
+}
 
-// CNI is the CNI client in use.
-func (m *Manager) CNI() *cni.Client { return m.o.CNI }
+// CNI is the CNI client in use, for the packages that share it; nil when
+// Options.CNI was not a *cni.Client.
+func (m *Manager) CNI() *cni.Client {
+	c, _ := m.o.CNI.(*cni.Client)
+	return c
+}
 
 // ConfDir is the CNI config dir networks are loaded from.
 func (m *Manager) ConfDir() string { return m.o.ConfDir }
@@ -215,14 +234,14 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 		return nil, fmt.Errorf("setup %s: read record: %w", req.ID, err)
 	}
 
-	if rec == nil && m.o.Netns.Exists(req.ID) {
+	if rec == nil && m.exists(req.ID) {
 		rec, err = m.adopt(ctx, req, net)
 		if err != nil {
 			return nil, err
 		}
 	}
 	if rec != nil {
-		if rec.Phase == store.PhaseReady && m.o.Netns.Exists(req.ID) {
+		if rec.Phase == store.PhaseReady && m.exists(req.ID) {
 			return m.checkOrHeal(ctx, req, net, rec, log)
 		}
 		// A half-made setup or an unfinished teardown: finish undoing it
@@ -378,6 +397,12 @@ func (m *Manager) cleanupTimeout() time.Duration {
 	return cni.DefaultTimeouts().Del + 30*time.Second
 }
 
+// exists reports whether the namespace of id is pinned.
+func (m *Manager) exists(id string) bool {
+	ok, _ := m.o.Netns.IsPinned(m.o.Netns.Path(id))
+	return ok
+}
+
 func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network, rec *store.Attachment, log *slog.Logger) (*Status, error) {
 	var t Timings
 	stored, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
@@ -449,7 +474,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	if rec.Phase != store.PhaseReady {
 		return st, fmt.Errorf("check %s: attachment is in phase %s, not ready", id, rec.Phase)
 	}
-	if !m.o.Netns.Exists(id) {
+	if !m.exists(id) {
 		return st, fmt.Errorf("check %s: %w: %s is gone", id, ErrCheckFailed, rec.NetnsPath)
 	}
 	net, err := cni.ParseNetwork(rec.ConfList, "record of "+id)
@@ -520,7 +545,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 			return nil, err
 		}
 		if rec == nil {
-			if m.o.Netns.Exists(id) {
+			if m.exists(id) {
 				return nil, fmt.Errorf("teardown %s: %w: %s (remove it with `ip netns del %s` if it is yours)", id, ErrNotOwned, m.o.Netns.Path(id), id)
 			}
 			if damaged {
@@ -597,7 +622,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	// ADD needs the namespace, so an intent whose namespace never came
 	// to exist reached no plugin; in every other case DEL is due (DEL of
 	// what was never added is harmless).
-	pinned, _ := netns.IsPinned(rec.NetnsPath)
+	pinned, _ := m.o.Netns.IsPinned(rec.NetnsPath)
 	needDel := pinned || (rec.Phase != store.PhaseIntent && rec.Phase != store.PhaseNetnsCreated)
 	start := time.Now()
 	// An allocation's ready attachment needs no tearing-down mark: if
@@ -651,7 +676,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 
 	fault.Point(fault.AfterDel)
 	start = time.Now()
-	rr, err := netns.RemovePath(ctx, rec.NetnsPath)
+	rr, err := m.o.Netns.RemovePath(ctx, rec.NetnsPath)
 	m.obs.NetnsOp("remove", time.Since(start), err)
 	rep.Timings.Remove += since(start)
 	if rr != nil {

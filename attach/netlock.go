@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/flock"
 )
 
@@ -27,7 +26,7 @@ func (m *Manager) lockNetwork(ctx context.Context, network string) (func(), erro
 	if err != nil {
 		return nil, err
 	}
-	unlockHost, err := LockHost(ctx, m.o.LockDir, false)
+	unlockHost, err := m.lockHost(ctx, false)
 	if err != nil {
 		unlockNet()
 		return nil, err
@@ -71,6 +70,11 @@ func LockNetwork(ctx context.Context, dir, network string, exclusive bool) (func
 // berth process (and test) on the host must agree on it.
 func LockHost(ctx context.Context, _ string, exclusive bool) (func(), error) {
 	return lockFile(ctx, DefaultLockDir, "host.lock", "host CNI chains", exclusive)
+}
+
+// lockHost is LockHost in the Manager's host lock dir.
+func (m *Manager) lockHost(ctx context.Context, exclusive bool) (func(), error) {
+	return lockFile(ctx, m.hostLockDir, "host.lock", "host CNI chains", exclusive)
 }
 
 func lockFile(ctx context.Context, dir, name, what string, exclusive bool) (func(), error) {
@@ -142,7 +146,7 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 			if conf.Bridge == "" {
 				conf.Bridge = "cni0"
 			}
-			ports, err := hostclean.RemoveBridgeIfUnused(ctx, conf.Bridge)
+			ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge)
 			errs = append(errs, err)
 			switch {
 			case err != nil:
@@ -153,7 +157,7 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 			}
 		}
 		if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
-			ok, err := hostclean.RemoveHostLocalDirIfEmpty(ctx, net.Name())
+			ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, net.Name())
 			errs = append(errs, err)
 			if ok {
 				rep.Removed = append(rep.Removed, "host-local dir of "+net.Name())
@@ -173,10 +177,10 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 // them, holding the host lock exclusively so that no ADD or DEL of any
 // network is in flight meanwhile.
 func (m *Manager) TidySharedChains(ctx context.Context) ([]string, error) {
-	unlock, err := LockHost(ctx, m.o.LockDir, true)
+	unlock, err := m.lockHost(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return hostclean.TidySharedChains(ctx)
+	return m.o.Host.TidySharedChains(ctx)
 }
