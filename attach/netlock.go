@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/internal/flock"
 )
@@ -132,37 +134,7 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 	}
 	var errs []error
 	for _, p := range net.List.Plugins {
-		var conf struct {
-			Bridge string `json:"bridge"`
-			IPAM   struct {
-				Type    string `json:"type"`
-				DataDir string `json:"dataDir"`
-			} `json:"ipam"`
-		}
-		if err := json.Unmarshal(p.Bytes, &conf); err != nil {
-			continue
-		}
-		if p.Network.Type == "bridge" {
-			if conf.Bridge == "" {
-				conf.Bridge = "cni0"
-			}
-			ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge)
-			errs = append(errs, err)
-			switch {
-			case err != nil:
-			case ports == 0:
-				rep.Removed = append(rep.Removed, "bridge "+conf.Bridge)
-			case ports > 0:
-				rep.Kept = append(rep.Kept, fmt.Sprintf("bridge %s has %d interface(s) of another runtime attached", conf.Bridge, ports))
-			}
-		}
-		if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
-			ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, net.Name())
-			errs = append(errs, err)
-			if ok {
-				rep.Removed = append(rep.Removed, "host-local dir of "+net.Name())
-			}
-		}
+		errs = append(errs, m.tidyPlugin(ctx, net.Name(), p, rep))
 	}
 	removed, err := m.TidySharedChains(ctx)
 	rep.Removed = append(rep.Removed, removed...)
@@ -171,6 +143,44 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 		return rep, fmt.Errorf("tidy network %q: %w", net.Name(), err)
 	}
 	return rep, nil
+}
+
+// tidyPlugin removes what one plugin of network leaves by design: a
+// bridge plugin's bridge, host-local's directory in its default place.
+func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.PluginConfig, rep *TidyReport) error {
+	var conf struct {
+		Bridge string `json:"bridge"`
+		IPAM   struct {
+			Type    string `json:"type"`
+			DataDir string `json:"dataDir"`
+		} `json:"ipam"`
+	}
+	if err := json.Unmarshal(p.Bytes, &conf); err != nil {
+		return nil // libcni parsed it already; nothing of ours to find
+	}
+	var errs []error
+	if p.Network.Type == "bridge" {
+		if conf.Bridge == "" {
+			conf.Bridge = "cni0"
+		}
+		ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge)
+		errs = append(errs, err)
+		switch {
+		case err != nil:
+		case ports == 0:
+			rep.Removed = append(rep.Removed, "bridge "+conf.Bridge)
+		case ports > 0:
+			rep.Kept = append(rep.Kept, fmt.Sprintf("bridge %s has %d interface(s) of another runtime attached", conf.Bridge, ports))
+		}
+	}
+	if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
+		ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, network)
+		errs = append(errs, err)
+		if ok {
+			rep.Removed = append(rep.Removed, "host-local dir of "+network)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // TidySharedChains removes the plugins' shared chains when nothing uses
