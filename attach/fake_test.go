@@ -32,8 +32,10 @@ type fakes struct {
 	// before runs just before an op is attempted (to cancel a context).
 	before map[string]func()
 
-	recs   map[string]store.Attachment
-	pinned map[string]bool
+	recs map[string]store.Attachment
+	// corrupt records do not decode (store.ErrCorrupt) until deleted.
+	corrupt map[string]bool
+	pinned  map[string]bool
 	// cacheDir stands for libcni's cache dir; the tests write entries in
 	// libcni's format into it (cacheEntry).
 	cacheDir string
@@ -44,7 +46,7 @@ type fakes struct {
 const fakeNetnsDir = "/fake/netns"
 
 func newFakes() *fakes {
-	return &fakes{fail: map[string][]error{}, before: map[string]func(){}, recs: map[string]store.Attachment{}, pinned: map[string]bool{}}
+	return &fakes{fail: map[string][]error{}, before: map[string]func(){}, recs: map[string]store.Attachment{}, corrupt: map[string]bool{}, pinned: map[string]bool{}}
 }
 
 // manager is an attach.Manager over f, its locks and cache in
@@ -163,7 +165,14 @@ func (s *fakeStore) PutAttachment(ctx context.Context, a *store.Attachment) erro
 }
 
 func (s *fakeStore) GetAttachment(ctx context.Context, id string) (*store.Attachment, error) {
-	r, ok := s.f().record(id)
+	f := s.f()
+	f.mu.Lock()
+	corrupt := f.corrupt[id]
+	f.mu.Unlock()
+	if corrupt {
+		return nil, fmt.Errorf("attachment %s: %w", id, store.ErrCorrupt)
+	}
+	r, ok := f.record(id)
 	if !ok {
 		return nil, fmt.Errorf("attachment %s: %w", id, store.ErrNotFound)
 	}
@@ -178,6 +187,7 @@ func (s *fakeStore) DeleteAttachment(ctx context.Context, id string) error {
 		return err
 	}
 	delete(f.recs, id)
+	delete(f.corrupt, id)
 	return nil
 }
 

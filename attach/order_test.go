@@ -180,6 +180,18 @@ func TestOrderSetupForeignNamespace(t *testing.T) {
 	}
 }
 
+// A damaged record stops Setup before it changes anything: only a
+// teardown (from libcni's cache) may replace it.
+func TestOrderSetupDamagedRecord(t *testing.T) {
+	f := newFakes()
+	m := f.manager(t)
+	f.corrupt[testID] = true
+	if _, err := m.Setup(ctxT(t), attach.Request{ID: testID, Config: fakeNetwork(t)}); !errors.Is(err, store.ErrCorrupt) {
+		t.Errorf("setup over a damaged record: %v, want store.ErrCorrupt", err)
+	}
+	assertOps(t, f.take(), nil)
+}
+
 // A setup whose context ends mid-way is still undone, on a context of its
 // own: no undo step sees the ended context.
 func TestOrderSetupCancelledStillUndoes(t *testing.T) {
@@ -242,6 +254,14 @@ func TestOrderTeardown(t *testing.T) {
 			f.pin(testID, true)
 			f.cacheEntry(t, "btunit", map[string]string{"BERTH_ID": testID, "BERTH_STORE": "fake-store"})
 		}, ops: []string{"del", "remove", "delete record"}},
+		{name: "damaged record, torn down from the cache", prepare: func(t *testing.T, f *fakes, m *attach.Manager) {
+			setupNetUp(t, f, m)
+			f.cacheEntry(t, "btunit", map[string]string{"BERTH_ID": testID, "BERTH_STORE": "fake-store"})
+			f.corrupt[testID] = true
+		}, ops: []string{"del", "remove", "delete record"}},
+		{name: "damaged record, nothing on the host", prepare: func(t *testing.T, f *fakes, m *attach.Manager) {
+			f.corrupt[testID] = true
+		}, ops: []string{"delete record"}},
 		{name: "another berth's cache entry", prepare: func(t *testing.T, f *fakes, m *attach.Manager) {
 			f.pin(testID, true)
 			f.cacheEntry(t, "btunit", map[string]string{"BERTH_ID": testID, "BERTH_STORE": "other"})
