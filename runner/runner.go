@@ -196,6 +196,14 @@ func (a *allocRun) save(ctx context.Context) {
 	}
 }
 
+// timingMS adds to phase a step attach timed in milliseconds; a step
+// that did not run (0) leaves the phase out of the allocation's timings.
+func (a *allocRun) timingMS(phase string, ms float64) {
+	if ms != 0 {
+		a.timing(phase, time.Duration(ms*float64(time.Millisecond)))
+	}
+}
+
 func (a *allocRun) timing(phase string, d time.Duration) {
 	a.mu.Lock()
 	a.alloc.TimingsMS[phase] += float64(d.Microseconds()) / 1000
@@ -309,14 +317,12 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	if err != nil {
 		return nil, fmt.Errorf("network setup: %w", err)
 	}
-	for k, v := range st.Timings {
-		switch k {
-		case "add", "netns":
-			a.timing(k, time.Duration(v*float64(time.Millisecond)))
-		default:
-			a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-		}
-	}
+	// The namespace and ADD are phases of their own; records and CHECK
+	// (and a heal's teardown) are berth's own work.
+	t := st.Timings
+	a.timingMS("netns", t.Netns)
+	a.timingMS("add", t.Add)
+	a.timingMS("berth", t.Record+t.Check+t.HealTeardown)
 	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
 	if g.Network.DNS != nil {
 		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
@@ -340,14 +346,9 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
 		tdErr = err
 		if rep != nil {
-			for k, v := range rep.Timings {
-				switch k {
-				case "del", "remove":
-					a.timing(k, time.Duration(v*float64(time.Millisecond)))
-				default:
-					a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-				}
-			}
+			a.timingMS("del", rep.Timings.Del)
+			a.timingMS("remove", rep.Timings.Remove)
+			a.timingMS("berth", rep.Timings.Record)
 			a.mu.Lock()
 			a.alloc.TeardownRetries += rep.Retries
 			if rep.Busy {
