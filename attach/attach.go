@@ -708,7 +708,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 	// to exist reached no plugin; in every other case DEL is due (DEL of
 	// what was never added is harmless).
 	pinned, _ := m.o.Netns.IsPinned(rec.NetnsPath)
-	needDel := pinned || (rec.Phase != store.PhaseIntent && rec.Phase != store.PhaseNetnsCreated)
+	needDel := pinned || rec.Phase != store.PhaseIntent
 
 	start := time.Now()
 	if err := m.markTearingDown(ctx, rec); err != nil {
