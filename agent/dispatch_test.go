@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"regexp"
@@ -154,5 +155,70 @@ func TestDispatch(t *testing.T) {
 	}
 	if _, err := c.Job(ctx, d.DispatchedJobID); !api.IsNotFound(err) {
 		t.Errorf("stopped child still known: %v", err)
+	}
+}
+
+// A registered parameterized job and a finished dispatched child are known
+// again after an agent restart, parsed from their records with their
+// variables; the job can still be dispatched.
+func TestDispatchAfterRestart(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, "10.199.133.0/24")
+	start := func() (*api.Client, func()) {
+		a, err := New(e.cfg, testLogger(t), WithVersion("test"))
+		testenv.Must(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- a.Run(ctx) }()
+		select {
+		case <-a.Ready():
+		case err := <-errc:
+			t.Fatalf("agent stopped: %v", err)
+		}
+		c, err := api.NewClient("unix://"+a.SocketPath(), "")
+		testenv.Must(t, err)
+		return c, func() {
+			c.Close()
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("agent Run: %v", err)
+			}
+		}
+	}
+	ctx := testenv.Context(t, 3*time.Minute)
+	c, stop := start()
+	_, err := c.Submit(ctx, api.JobSubmitRequest{JobHCL: paramJob, Filename: "transcode.hcl", Vars: []string{"greeting=kept"}})
+	testenv.Must(t, err)
+	d, err := c.DispatchJob(ctx, "btag-transcode", api.JobDispatchRequest{Meta: map[string]string{"input": "x"}, Payload: []byte("p\n")})
+	testenv.Must(t, err)
+	waitFor(t, "the child to finish", time.Minute, func() (bool, error) {
+		st, err := c.Job(ctx, d.DispatchedJobID)
+		return err == nil && st.Status == api.JobDead, err
+	})
+	stop()
+
+	c, stop = start()
+	defer stop()
+	st, err := c.Job(ctx, "btag-transcode")
+	testenv.Must(t, err)
+	if st.Status != api.JobRegistered || st.Job == nil {
+		t.Errorf("parameterized job after restart: %+v", st.JobStub)
+	}
+	child, err := c.Job(ctx, d.DispatchedJobID)
+	testenv.Must(t, err)
+	if child.Status != api.JobDead || child.ParentID != "btag-transcode" || child.Job == nil || child.Job.ID != d.DispatchedJobID || child.Job.Meta["input"] != "x" {
+		t.Errorf("child after restart: %+v %+v", child.JobStub, child.Job)
+	}
+	d2, err := c.DispatchJob(ctx, "btag-transcode", api.JobDispatchRequest{Meta: map[string]string{"input": "y"}, Payload: []byte("q\n")})
+	testenv.Must(t, err)
+	var st2 *api.JobStatus
+	waitFor(t, "the second child to finish", time.Minute, func() (bool, error) {
+		st2, err = c.Job(ctx, d2.DispatchedJobID)
+		return err == nil && st2.Status == api.JobDead, err
+	})
+	logs, err := c.AllocLogs(ctx, st2.Allocations[0].ID, "t", false, 0)
+	testenv.Must(t, err)
+	if string(logs) != "q\nkept none 0 y normal btag-transcode\n" {
+		t.Errorf("second child output %q", logs)
 	}
 }
