@@ -527,7 +527,9 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
 	if err := a.setupTask(ctx, t, dt, vars); err != nil {
-		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		// A fetch cut short by a stop is no failure of the task.
+		failed := ctx.Err() == nil
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
 		return err
 	}
 	pol := t.Restart
