@@ -41,6 +41,7 @@ func (a *Agent) routes() http.Handler {
 		{http.MethodPost, "/v1/jobs/plan", a.handlePlan},
 		{http.MethodGet, "/v1/job/{id}", a.handleJob},
 		{http.MethodDelete, "/v1/job/{id}", a.handleStop},
+		{http.MethodPost, "/v1/job/{id}/dispatch", a.handleDispatch},
 		{http.MethodGet, "/v1/allocations", a.handleAllocs},
 		{http.MethodGet, "/v1/allocation/{id}", a.handleAlloc},
 		{http.MethodGet, "/v1/allocation/{id}/logs/{task}", a.handleLogs},
@@ -150,7 +151,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &diags):
 		writeJSON(w, http.StatusBadRequest, api.ErrorResponse{Error: diags.Error(), Diagnostics: wireDiagnostics(diags)})
-	case errors.Is(err, ErrInvalidName), errors.Is(err, errBadRequest):
+	case errors.Is(err, ErrInvalidName), errors.Is(err, errBadRequest), errors.Is(err, jobspec.ErrDispatch):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, ErrJobNotFound), errors.Is(err, store.ErrNotFound), errors.Is(err, os.ErrNotExist):
 		writeError(w, http.StatusNotFound, "%v", err)
@@ -248,6 +249,10 @@ func submitRequest(w http.ResponseWriter, r *http.Request) (api.JobSubmitRequest
 		writeError(w, http.StatusBadRequest, "filename %q: use a plain file name", req.Filename)
 		return req, false
 	}
+	if err := checkVarFiles(&req); err != nil {
+		writeErr(w, err)
+		return req, false
+	}
 	return req, true
 }
 
@@ -311,7 +316,7 @@ func (a *Agent) handleStop(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleAllocs(w http.ResponseWriter, r *http.Request) {
 	job := r.URL.Query().Get("job")
 	if job != "" {
-		if err := validName("job ID", job); err != nil {
+		if err := validJobID(job); err != nil {
 			writeErr(w, err)
 			return
 		}

@@ -235,6 +235,10 @@ func wireJob(j *jobspec.Job) *api.Job {
 			Enabled: p.Enabled, Pos: wirePos(p.Pos),
 		}
 	}
+	if p := j.Parameterized; p != nil {
+		out.Parameterized = &api.Parameterized{Payload: p.Payload, MetaRequired: slices.Clone(p.MetaRequired), MetaOptional: slices.Clone(p.MetaOptional)}
+	}
+	out.ParentID = j.ParentID
 	if j.Groups != nil {
 		out.Groups = make([]*api.Group, 0, len(j.Groups))
 	}
@@ -283,8 +287,17 @@ func wireGroup(g *jobspec.Group) *api.Group {
 			Resources: api.Resources{CPU: t.Resources.CPU, Cores: t.Resources.Cores, MemoryMB: t.Resources.MemoryMB, MemoryMaxMB: t.Resources.MemoryMaxMB},
 			Meta:      maps.Clone(t.Meta), Leader: t.Leader, User: t.User, Restart: wireRestart(t.Restart),
 			Constraints: wireConstraints(t.Constraints),
-			Pos:         wirePos(t.Pos), ConfigPos: wirePos(t.ConfigPos), DriverPos: wirePos(t.DriverPos),
+			Lifecycle:   wireLifecycle(t.Lifecycle), KillSignal: t.KillSignal,
+			ShutdownDelay: api.Duration(t.ShutdownDelay), MaxRunDuration: api.Duration(t.MaxRunDuration),
+			Pos: wirePos(t.Pos), ConfigPos: wirePos(t.ConfigPos), DriverPos: wirePos(t.DriverPos),
 		})
 	}
 	return out
+}
+
+func wireLifecycle(l *jobspec.Lifecycle) *api.Lifecycle {
+	if l == nil || l.Hook == "" {
+		return nil
+	}
+	return &api.Lifecycle{Hook: l.Hook, Sidecar: l.Sidecar}
 }

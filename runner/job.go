@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 )
+
+// ErrParameterized is returned for a parameterized job: it runs only as
+// the child jobs its dispatches make (jobspec.Job.Dispatch).
+var ErrParameterized = errors.New("a parameterized job runs only when dispatched")
 
 // RunOptions bound a foreground run of a job.
 type RunOptions struct {
@@ -73,6 +78,9 @@ func (s *Summary) OK() bool {
 // when everything launched has finished; ending ctx stops launching,
 // stops running tasks and tears their networks down first.
 func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*Summary, error) {
+	if job.IsParameterized() {
+		return nil, fmt.Errorf("job %q: %w", job.ID, ErrParameterized)
+	}
 	start := time.Now()
 	if o.Now == nil {
 		o.Now = time.Now
