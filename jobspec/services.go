@@ -18,24 +18,24 @@ import (
 // (also when no provider is given) berth registers it in its native
 // catalog and runs its http and tcp checks (package service).
 type Service struct {
-	Name              string            `json:"name"`
-	Port              string            `json:"port,omitempty"`
-	Tags              []string          `json:"tags,omitempty"`
-	CanaryTags        []string          `json:"canary_tags,omitempty"`
-	EnableTagOverride bool              `json:"enable_tag_override,omitempty"`
-	AddressMode       string            `json:"address_mode"`
-	Address           string            `json:"address,omitempty"`
-	Task              string            `json:"task,omitempty"`
-	Provider          string            `json:"provider"`
+	Name              string   `json:"name"`
+	Port              string   `json:"port,omitempty"`
+	Tags              []string `json:"tags,omitempty"`
+	CanaryTags        []string `json:"canary_tags,omitempty"`
+	EnableTagOverride bool     `json:"enable_tag_override,omitempty"`
+	AddressMode       string   `json:"address_mode"`
+	Address           string   `json:"address,omitempty"`
+	Task              string   `json:"task,omitempty"`
+	Provider          string   `json:"provider"`
 	// ProviderUnset: the block named no provider. Nomad then uses Consul;
 	// berth registers it natively ("nomad") and says so once.
-	ProviderUnset bool              `json:"provider_unset,omitempty"`
-	OnUpdate          string            `json:"on_update"`
-	Meta              map[string]string `json:"meta,omitempty"`
-	CanaryMeta        map[string]string `json:"canary_meta,omitempty"`
-	TaggedAddresses   map[string]string `json:"tagged_addresses,omitempty"`
-	Checks            []*Check          `json:"checks,omitempty"`
-	CheckRestart      *CheckRestart     `json:"check_restart,omitempty"`
+	ProviderUnset   bool              `json:"provider_unset,omitempty"`
+	OnUpdate        string            `json:"on_update"`
+	Meta            map[string]string `json:"meta,omitempty"`
+	CanaryMeta      map[string]string `json:"canary_meta,omitempty"`
+	TaggedAddresses map[string]string `json:"tagged_addresses,omitempty"`
+	Checks          []*Check          `json:"checks,omitempty"`
+	CheckRestart    *CheckRestart     `json:"check_restart,omitempty"`
 	// Connect is true when the service has a connect block (Consul
 	// Connect), which berth cannot provide.
 	Connect bool `json:"connect,omitempty"`
