@@ -103,6 +103,14 @@ func TestRunVariables(t *testing.T) {
 // dir and socket; a job of the tests uses host networking only.
 func startAgent(t *testing.T) string {
 	t.Helper()
+	addr, _ := startAgentOn(t, "10.199.135.0/24")
+	return addr
+}
+
+// startAgentOn is startAgent with the bridge network on subnet; it also
+// returns the agent's data dir.
+func startAgentOn(t *testing.T, subnet string) (string, string) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir, err := os.MkdirTemp("", "btcli")
 	testenv.Must(t, err)
@@ -114,7 +122,8 @@ func startAgent(t *testing.T) string {
 	cfg.CNIPath = []string{testenv.ReferencePlugins}
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
-	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: "10.199.135.0/24"}
+	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: subnet}
+	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(cfg.Bridge.Network, cfg.Bridge.Iface) })
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), agent.WithVersion("test"))
 	testenv.Must(t, err)
@@ -134,7 +143,7 @@ func startAgent(t *testing.T) string {
 	case <-time.After(time.Minute):
 		t.Fatal("agent not ready")
 	}
-	return "unix://" + a.SocketPath()
+	return "unix://" + a.SocketPath(), cfg.DataDir
 }
 
 func waitJobDead(t *testing.T, c *api.Client, id string) *api.JobStatus {

@@ -199,8 +199,8 @@ func (s *Summary) record(a *store.Allocation, setup, teardown, gone *quantiles) 
 }
 
 // LeakCheck looks for anything the given allocations left on the host:
-// their namespaces, attachment records, libcni cache entries, host-local
-// leases, iptables rules and containers. It returns one line per leak.
+// their namespaces, attachment records, service registrations, libcni
+// cache entries, host-local leases, iptables rules and containers. It returns one line per leak.
 func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	leaks := []string{}
 	ids := map[string]bool{}
@@ -217,6 +217,13 @@ func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	}
 	if len(ids) == 0 {
 		return leaks
+	}
+	if svcs, err := r.o.Store.ListServices(ctx, store.ServiceFilter{}); err == nil {
+		for _, s := range svcs {
+			if ids[s.AllocID] {
+				leaks = append(leaks, "service registration "+s.ID)
+			}
+		}
 	}
 	// Evidence that cannot be read is skipped: the check lists what the
 	// run visibly left; gc and doctor report a host they cannot read.

@@ -346,6 +346,7 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 			names[i] = c.t.Name
 		}
 		a.event2("Killing", fmt.Sprintf("%s: stopping %s", why, strings.Join(names, ", ")))
+		a.groupStopping()
 		if d := a.group.ShutdownDelay; d > 0 {
 			// Nomad's group shutdown_delay: between deregistering the
 			// group's services and stopping its tasks. Not cut short by a
@@ -441,6 +442,8 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	if wctx.Err() == nil {
 		return res, werr
 	}
+	// Deregistered before the shutdown_delay: that is what it is for.
+	a.taskStopping(ctx, i)
 	if ctx.Err() == nil {
 		a.markOverran(i)
 		a.event2("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))

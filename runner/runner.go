@@ -23,6 +23,7 @@ import (
 	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/service"
 	"github.com/berth/berth/store"
 )
 
@@ -43,6 +44,11 @@ type Options struct {
 	Node     jobspec.NodeAttrs
 	Logger   *slog.Logger
 	Metrics  Metrics
+	// Services is the catalog of native services and Checks runs their
+	// checks; without them service blocks are not registered and
+	// templates see no services.
+	Services *service.Registry
+	Checks   *service.Checker
 	// OwnerPID and OwnerStartTime mark the allocations this process owns,
 	// so that the next berth can tell they were orphaned by a crash.
 	OwnerPID       int
@@ -133,6 +139,8 @@ type allocRun struct {
 	lastExit time.Time
 	started  func(*store.Allocation)
 	lc       *lifecycle
+	// ext is the allocation's services, templates and restarts.
+	ext allocExt
 
 	mu sync.Mutex // guards alloc
 }
@@ -257,7 +265,7 @@ func (a *allocRun) run(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
-	if a.started != nil && ctx.Err() == nil {
+	if a.started != nil && ctx.Err() == nil && !a.announceLater() {
 		a.started(a.snapshot())
 	}
 
@@ -341,6 +349,8 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
+	// Nothing may still point at the allocation once its network goes.
+	a.servicesGone(tctx)
 	var tdErr error
 	if hasNetwork {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
@@ -536,7 +546,9 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	pol := t.Restart
 	var restarts []time.Time
 	for attempt := 0; ; attempt++ {
-		res, err := a.runOnce(ctx, i, drv, dt)
+		actx, endAttempt := a.beginAttempt(ctx, i, dt)
+		res, err := a.runOnce(actx, i, drv, dt)
+		forced := endAttempt()
 		if ctx.Err() != nil {
 			// Killed because the allocation was stopped, not failed.
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
@@ -551,7 +563,16 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			// restart policy too.
 			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
-		success := err == nil && res.Successful()
+		if forced.fatal {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			return fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
+		}
+		if forced.restarted && !forced.failure {
+			// A template's change_mode "restart": at once, not counted.
+			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+			continue
+		}
+		success := err == nil && res.Successful() && !forced.restarted
 		if success && a.completes(t) {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
@@ -587,7 +608,8 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
 		a.event2("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
 		if !sleep(ctx, pol.Delay) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			// Stopped while waiting to restart: stopped, not failed.
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
 			return nil
 		}
 	}
@@ -621,9 +643,11 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	})
 	a.save(ctx)
 	a.taskStarted(i)
+	a.taskRunning(ctx, i, h)
 	fault.Point(fault.TaskRunning)
 
 	res, werr := a.await(ctx, i, h, dt)
+	a.taskStopping(ctx, i)
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
