@@ -66,11 +66,11 @@ func TestResolveService(t *testing.T) {
 
 func TestResolveCheck(t *testing.T) {
 	for _, tc := range []struct {
-		name                     string
-		check                    jobspec.Check
+		name                      string
+		check                     jobspec.Check
 		svcMode, svcAddr, svcPort string
-		want                     Target
-		err                      string
+		want                      Target
+		err                       string
 	}{
 		{"host by default, the service's port", jobspec.Check{}, "alloc", "", "http", Target{Address: "127.0.0.1", Port: 24000}, ""},
 		{"alloc dials in the namespace", jobspec.Check{AddressMode: "alloc"}, "", "", "http", Target{Address: "10.199.140.5", Port: 8080, NetnsPath: "/run/netns/x"}, ""},
