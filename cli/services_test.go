@@ -123,7 +123,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, stri
 // and leaves nothing (the leak check of TestMain).
 func TestServicesAndTemplates(t *testing.T) {
 	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
-	addr, dataDir := startAgentOn(t, "10.199.142.0/24")
+	addr, dataDir := startAgentOn(t, "10.199.150.0/24")
 	c, err := api.NewClient(addr, "")
 	testenv.Must(t, err)
 	defer c.Close()
@@ -141,7 +141,7 @@ func TestServicesAndTemplates(t *testing.T) {
 		out, _, err := run(t, "service", "info", "--address", addr, "btsvc-web")
 		return err == nil && strings.Contains(out, "passing"), fmt.Sprint(out, err)
 	})
-	row := regexp.MustCompile(`(?m)^btsvc\s+(10\.199\.142\.\d+):8080\s+\[v1,web\]\s+\S+\s+([0-9a-f]{8})\s+passing$`).FindStringSubmatch(info)
+	row := regexp.MustCompile(`(?m)^btsvc\s+(10\.199\.150\.\d+):8080\s+\[v1,web\]\s+\S+\s+([0-9a-f]{8})\s+passing$`).FindStringSubmatch(info)
 	if row == nil || !strings.HasPrefix(info, "Job ID") {
 		t.Fatalf("service info:\n%s", info)
 	}
@@ -232,5 +232,43 @@ func TestServicesAndTemplates(t *testing.T) {
 		if err != nil || a.Status != api.AllocComplete || len(a.Services) != 0 {
 			t.Errorf("allocation %s after stop: %v, %+v", id, err, a)
 		}
+	}
+}
+
+// `berth run` without an agent: the run has its own catalog; the web's
+// start line says where its service is, a line says when it passes, the
+// client's template finds it, and the run leaves nothing behind (no
+// registration either).
+func TestSvcRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
+	job := filepath.Join(t.TempDir(), "svc.hcl")
+	testenv.Must(t, os.WriteFile(job, []byte(servicesJob), 0o644))
+	dataDir, flags := localFlags(t)
+	bridge, iface := "btsvc-run-"+testenv.RandSuffix(4), "btsvcr"+testenv.RandSuffix(4)
+	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(bridge, iface) })
+	flags = append(flags, "--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", "10.199.151.0/24")
+	out, _, err := run(t, append([]string{"run", "--for", "8s", job}, flags...)...)
+	if err != nil || !strings.Contains(out, "leak check: nothing left") || !strings.Contains(out, "allocations: complete 2") {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	start := regexp.MustCompile(`(?m)^([0-9a-f-]{36})  started   10\.199\.151\.(\d+)/24  http 127\.0\.0\.1:\d+ -> 8080  services: btsvc-web 10\.199\.151\.(\d+):8080 \(pending\)$`).FindStringSubmatch(out)
+	if start == nil || start[2] != start[3] {
+		t.Fatalf("no start line with the service's address:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^` + start[1] + `  service   btsvc-web 10\.199\.151\.` + start[3] + `:8080 passing$`).MatchString(out) {
+		t.Errorf("no line saying the service passes:\n%s", out)
+	}
+	var client string
+	ents, err := os.ReadDir(filepath.Join(dataDir, "alloc"))
+	testenv.Must(t, err)
+	for _, e := range ents {
+		if e.Name() != start[1] {
+			client = e.Name()
+		}
+	}
+	logs := readFile(filepath.Join(dataDir, "alloc", client, "reader.stdout"))
+	if !strings.Contains(logs, "10.199.151."+start[3]+":8080 hello-from-web") {
+		t.Errorf("the client did not reach the web service:\n%s", logs)
 	}
 }

@@ -29,7 +29,8 @@ type RunOptions struct {
 	// For stops launching after this long and stops what still runs
 	// (0: no limit; a batch job ends when its allocations do).
 	For time.Duration
-	// OnAlloc is called with each allocation as it finishes.
+	// OnAlloc is called with each allocation as it finishes, from the
+	// goroutine that ran it: calls may be concurrent.
 	OnAlloc func(*store.Allocation)
 	// OnStart is called with each allocation as its tasks start, its
 	// network (address, ports) set up.
