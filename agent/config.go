@@ -18,6 +18,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/netns"
+	"github.com/berth/berth/nomad"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
 )
@@ -64,6 +65,11 @@ type Config struct {
 
 	Bridge *BridgeConfig `hcl:"bridge,block"`
 	API    *APIConfig    `hcl:"api,block"`
+	// Nomad, when present, makes the agent reclaim what Nomad leaves on
+	// this node (see package nomad): a full reconcile at start and every
+	// gc_interval, and each allocation's leftovers seconds after it turns
+	// terminal. Unset settings come from the nomad CLI's environment.
+	Nomad *nomad.Config `hcl:"nomad,block"`
 }
 
 // BridgeConfig is the network of `network { mode = "bridge" }`.
@@ -153,6 +159,7 @@ func diagString(diags hcl.Diagnostics) string {
 
 // settings is the configuration checked and converted.
 type settings struct {
+	nomad       *nomad.Settings
 	gcInterval  time.Duration
 	stopTimeout time.Duration
 	token       string
@@ -237,6 +244,13 @@ func (cfg *Config) check() (*settings, error) {
 		case len(s.token) < 16:
 			bad("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
 		}
+	}
+	if cfg.Nomad != nil {
+		ns, err := nomad.FromEnv(os.Getenv).Over(*cfg.Nomad).Check()
+		if err != nil {
+			bad("nomad: %v", err)
+		}
+		s.nomad = &ns
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/nomad"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {
@@ -84,6 +85,8 @@ the command line wins over the file. Both -config and --config are accepted.`,
 	f.String("gc-mode", d.GCMode, "garbage collection scope: full (records and host sweep) or records (this data dir's records only)")
 	f.Int("retention", d.Retention, "finished allocations (records and log dirs) kept per job")
 	f.String("stop-timeout", d.StopTimeout, "how long a job stop request waits for tasks and networks to be gone")
+	f.String("nomad-address", "", "reclaim what Nomad leaves on this node, asking this node's Nomad client agent at this address (as a nomad block; other settings from NOMAD_* variables)")
+	f.String("nomad-grace-period", "", "with a nomad block: reclaim what Nomad no longer knows once its evidence is older than this (default 1h)")
 	return cmd
 }
 
@@ -151,6 +154,13 @@ func applyAgentFlags(f *pflag.FlagSet, g *Globals, cfg *agent.Config) {
 	str("stop-timeout", &cfg.StopTimeout)
 	if f.Changed("retention") {
 		cfg.Retention, _ = f.GetInt("retention")
+	}
+	if f.Changed("nomad-address") || f.Changed("nomad-grace-period") {
+		if cfg.Nomad == nil {
+			cfg.Nomad = &nomad.Config{}
+		}
+		str("nomad-address", &cfg.Nomad.Address)
+		str("nomad-grace-period", &cfg.Nomad.GracePeriod)
 	}
 }
 
