@@ -26,8 +26,10 @@ type fakeOwner struct {
 	asked    map[string][]string // id -> kinds asked
 }
 
-func (f *fakeOwner) Name() string                      { return "fake" }
-func (f *fakeOwner) Networks() map[string]*cni.Network { return map[string]*cni.Network{f.net.Name(): f.net} }
+func (f *fakeOwner) Name() string { return "fake" }
+func (f *fakeOwner) Networks() map[string]*cni.Network {
+	return map[string]*cni.Network{f.net.Name(): f.net}
+}
 func (f *fakeOwner) Judge(_ context.Context, c gc.Claim) gc.Verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()

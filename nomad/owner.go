@@ -248,7 +248,7 @@ func (o *Owner) Judge(ctx context.Context, c gc.Claim) gc.Verdict {
 		return v
 	}
 	v.Status = "unknown to Nomad"
-	since, what := c.Since, "its evidence is"
+	since, what := c.Since, evidenceOf(c.Kind)
 	if since.IsZero() {
 		o.mu.Lock()
 		t, ok := o.firstSeen[c.ID]
@@ -261,12 +261,25 @@ func (o *Owner) Judge(ctx context.Context, c gc.Claim) gc.Verdict {
 	}
 	age := now.Sub(since).Round(time.Second)
 	if age < o.grace {
-		v.Reason = fmt.Sprintf("Nomad does not know allocation %s (garbage-collected?) and %s %s old, within the grace period of %s: kept", c.ID, what, age, o.grace)
+		v.Reason = fmt.Sprintf("Nomad does not know allocation %s (garbage-collected?) and %s %s ago, within the grace period of %s: kept", c.ID, what, age, o.grace)
 		return v
 	}
 	v.Dead = true
-	v.Reason = fmt.Sprintf("Nomad does not know allocation %s (garbage-collected) and %s %s old, past the grace period of %s", c.ID, what, age, o.grace)
+	v.Reason = fmt.Sprintf("Nomad does not know allocation %s (garbage-collected) and %s %s ago, past the grace period of %s", c.ID, what, age, o.grace)
 	return v
+}
+
+// evidenceOf says what dates a claim of the kind.
+func evidenceOf(kind string) string {
+	switch kind {
+	case gc.KindNetns:
+		return "its namespace was pinned"
+	case gc.KindLease:
+		return "its lease was taken"
+	case gc.KindCNICache:
+		return "its libcni cache entry was written"
+	}
+	return "its evidence dates from"
 }
 
 // nodeNetworks reads the networks Nomad's client attaches to: those of
