@@ -32,6 +32,13 @@ type Owner interface {
 	Judge(ctx context.Context, c Claim) Verdict
 }
 
+// Prefetcher is an Owner that answers faster when told beforehand which
+// IDs it will be asked about (step 7 asks about every namespace of the
+// netns dir, thousands on a host Nomad leaked on for long).
+type Prefetcher interface {
+	Prefetch(ctx context.Context, ids []string)
+}
+
 // Claim is one thing gc asks an owner about.
 type Claim struct {
 	// Kind is KindNetns, KindCNICache, KindLease or KindIptables.

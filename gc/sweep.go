@@ -907,6 +907,20 @@ func (r *run) sweepNetns(ctx context.Context, recs []*store.Attachment) {
 			return
 		}
 	}
+	candidate := func(e netns.Entry) bool {
+		return len(r.o.Owners) > 0 && named != nil && !named[e.Name] && !named[e.Path] && !r.handledIDs[e.Name] && !r.stay[e.Name]
+	}
+	var ask []string
+	for _, e := range entries {
+		if _, pfx := r.foreignPrefix(e.Name); r.only(e.Name) && !ours[e.Path] && !pfx && candidate(e) {
+			ask = append(ask, e.Name)
+		}
+	}
+	for _, o := range r.o.Owners {
+		if p, ok := o.(Prefetcher); ok && len(ask) > 0 {
+			p.Prefetch(ctx, ask)
+		}
+	}
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return
@@ -918,7 +932,7 @@ func (r *run) sweepNetns(ctx context.Context, recs []*store.Attachment) {
 			r.removeNetns(ctx, Item{Kind: KindNetns, ID: e.Name, Path: e.Path, Reason: "name starts with foreign prefix " + pfx + " (--foreign-prefix) and berth has no record of it"})
 			continue
 		}
-		if len(r.o.Owners) == 0 || named == nil || named[e.Name] || named[e.Path] || r.handledIDs[e.Name] || r.stay[e.Name] {
+		if !candidate(e) {
 			continue
 		}
 		o, v := r.askOwner(ctx, nil, Claim{Kind: KindNetns, ID: e.Name, Path: e.Path, Since: e.Since})

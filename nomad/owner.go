@@ -47,7 +47,10 @@ type Owner struct {
 	ready bool
 }
 
-var _ gc.Owner = (*Owner)(nil)
+var (
+	_ gc.Owner      = (*Owner)(nil)
+	_ gc.Prefetcher = (*Owner)(nil)
+)
 
 // OwnerOptions tune an Owner; zero values take the defaults.
 type OwnerOptions struct {
@@ -199,6 +202,51 @@ func (o *Owner) lookup(ctx context.Context, id string) (*Alloc, error) {
 	}
 	o.allocs[id] = a
 	return a, nil
+}
+
+// prefetchWorkers bound the lookups Prefetch runs at once: Nomad answers
+// each in about a millisecond, mostly waiting.
+const prefetchWorkers = 8
+
+// Prefetch implements gc.Prefetcher: it looks up, several at a time, the
+// IDs of the list that are allocation IDs the owner knows nothing of yet,
+// so that Judge finds the answers. After the first failure no other
+// lookup is started (Judge then reports the error for each).
+func (o *Owner) Prefetch(ctx context.Context, ids []string) {
+	o.mu.Lock()
+	var todo []string
+	for _, id := range ids {
+		if _, known := o.allocs[id]; !known && !o.unknown[id] && allocID.MatchString(id) {
+			todo = append(todo, id)
+		}
+	}
+	ready := o.ready
+	o.mu.Unlock()
+	if !ready || len(todo) == 0 {
+		return
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for i := 0; i < prefetchWorkers && i < len(todo); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				_, _ = o.lookup(ctx, id)
+			}
+		}()
+	}
+	for _, id := range todo {
+		o.mu.Lock()
+		stop := o.failed != nil
+		o.mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		work <- id
+	}
+	close(work)
+	wg.Wait()
 }
 
 // Judge implements gc.Owner. It claims the namespaces Nomad pins (in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -163,6 +164,33 @@ func TestOwnerJudge(t *testing.T) {
 	now = now.Add(2 * time.Minute)
 	if v := ow.Judge(context.Background(), cache); !v.Dead {
 		t.Errorf("cache entry 2 min after terminal: %+v", v)
+	}
+}
+
+// Prefetch looks the unknown IDs up at once; Judge then asks nothing more.
+func TestOwnerPrefetch(t *testing.T) {
+	now := time.Now()
+	ow, f := newTestOwner(t, &now)
+	ids := []string{running, "not-an-id"}
+	for i := 0; i < 20; i++ {
+		ids = append(ids, fmt.Sprintf("bbbbbbbb-0000-0000-0000-%012d", i))
+	}
+	ow.Prefetch(context.Background(), ids)
+	if n := f.lookups.Load(); n != 20 {
+		t.Errorf("%d lookups, want 20 (the running one is listed, the other is no allocation ID)", n)
+	}
+	for _, id := range ids[2:] {
+		if v := ow.Judge(context.Background(), gc.Claim{Kind: gc.KindNetns, ID: id, Path: "/run/netns/" + id, Since: now.Add(-2 * time.Hour)}); !v.Dead {
+			t.Errorf("%s: %+v", id, v)
+		}
+	}
+	if n := f.lookups.Load(); n != 20 {
+		t.Errorf("Judge asked again: %d lookups", n)
+	}
+	// After a failure, nothing more is asked.
+	ow.Prefetch(context.Background(), []string{broken, "cccccccc-0000-0000-0000-000000000001"})
+	if v := ow.Judge(context.Background(), gc.Claim{Kind: gc.KindNetns, ID: broken, Path: "/run/netns/" + broken}); v.Err == nil {
+		t.Errorf("broken: %+v", v)
 	}
 }
 
