@@ -18,6 +18,13 @@ func (a *Agent) startNomad(ctx context.Context) <-chan struct{} {
 		close(done)
 		return done
 	}
+	if a.cfg.GCMode == GCFull {
+		// Nomad's networks are judged by Nomad; but a network that is in
+		// berth's CNI config dir too is also swept as berth's own, where an
+		// ID berth does not know is berth's leftover.
+		a.log.Warn("nomad block with gc_mode full: berth's own sweep takes every attachment of the networks in its cni_config_dir for berth's; if Nomad's cni_config_dir is the same, use gc_mode \"records\" (as examples/nomad/berth-janitor.nomad.hcl does)",
+			"cni_config_dir", a.cfg.CNIConfigDir)
+	}
 	go func() {
 		defer close(done)
 		_ = nomad.Run(ctx, nomad.RunOptions{

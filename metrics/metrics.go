@@ -71,7 +71,7 @@ type Metrics struct {
 	nomadReclaimed *prometheus.CounterVec
 	nomadAPIErrors *prometheus.CounterVec
 	nomadLatency   prometheus.Histogram
-	nomadConnected prometheus.Gauge
+	nomadConnected *prometheus.GaugeVec
 
 	// allocMu serialises SetAllocations so that a status that disappears
 	// from one call to the next is reset to zero, not left at its old value.
@@ -174,10 +174,12 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help:    "Time from a Nomad allocation turning terminal until berth had removed the namespace it leaked.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 120, 300},
 		}),
-		nomadConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+		// A vector without labels: exported only by agents with a nomad
+		// block, so that an alert on 0 means "configured and disconnected".
+		nomadConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "nomad_connected",
-			Help: "1 while the agent follows the Nomad client's event stream (a nomad block), else 0.",
-		}),
+			Help: "1 while the agent follows the Nomad client's event stream, 0 while Nomad does not answer (nothing of Nomad's is reclaimed then); absent without a nomad block.",
+		}, nil),
 		allocSeen: map[string]bool{},
 	}
 	reg.MustRegister(
@@ -334,5 +336,5 @@ func (m *Metrics) NomadConnected(up bool) {
 	if up {
 		v = 1
 	}
-	m.nomadConnected.Set(v)
+	m.nomadConnected.WithLabelValues().Set(v)
 }

@@ -73,6 +73,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	j := &Janitor{o: o, log: o.Logger.With("component", "nomad"), sem: make(chan struct{}, 2),
 		pending: map[string]bool{}, done: map[string]time.Time{}}
 	defer j.wg.Wait()
+	j.connected(false)
 	backoff := time.Second
 	for {
 		start := time.Now()
