@@ -196,8 +196,9 @@ type run struct {
 	// stay are the container IDs whose cache entries stay (kept, or their
 	// reclaim failed): step 7 leaves their namespaces.
 	stay map[string]bool
-	// handledIDs are the container IDs of handled, in any network.
-	handledIDs map[string]bool
+	// netnsDone are the namespaces steps 3 to 6 removed (or, in a dry
+	// run, would), by netnsKey: step 7 does not report them again.
+	netnsDone map[string]bool
 	// ownerNets are the owners' networks, by name.
 	ownerNets map[string]ownerNet
 	// memberIdx maps namespace inodes to the processes living in them,
@@ -221,7 +222,7 @@ func newRun(o Options) (*run, error) {
 		stay:    map[string]bool{},
 		drivers: map[string]driver.Driver{},
 
-		handledIDs: map[string]bool{},
+		netnsDone:  map[string]bool{},
 		ownerNets:  map[string]ownerNet{},
 	}
 	for _, ow := range o.Owners {

@@ -191,6 +191,16 @@ func (r *run) inNetnsDir(path string) bool {
 	return sameDir(filepath.Dir(path), r.netns.Dir())
 }
 
+// netnsKey names a namespace path the same however its directory is
+// spelled (/var/run/netns/x and /run/netns/x).
+func netnsKey(path string) string {
+	dir := filepath.Dir(path)
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = d
+	}
+	return filepath.Join(dir, filepath.Base(path))
+}
+
 func sameDir(a, b string) bool {
 	if filepath.Clean(a) == filepath.Clean(b) {
 		return true

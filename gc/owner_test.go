@@ -73,15 +73,18 @@ func TestOwnerJudges(t *testing.T) {
 			t.Fatalf("ADD %s: %v", id, err)
 		}
 	}
-	live, dead, busy, young, failing, bare, unclaimed, onlyLease := e.id(), e.id(), e.id(), e.id(), e.id(), e.id(), e.id(), e.id()
+	live, dead, busy, young, failing, bare, unclaimed, onlyLease, leaseNetns := e.id(), e.id(), e.id(), e.id(), e.id(), e.id(), e.id(), e.id(), e.id()
 	for _, id := range []string{live, dead, busy, young, failing} {
 		attach(id)
 	}
 	testenv.Run(t, "ip", "netns", "add", bare)
 	testenv.Run(t, "ip", "netns", "add", unclaimed)
-	leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"240")
-	testenv.Must(t, os.WriteFile(leaseFile, []byte(onlyLease+"\r\neth0"), 0o644))
-	t.Cleanup(func() { os.Remove(leaseFile) })
+	testenv.Run(t, "ip", "netns", "add", leaseNetns)
+	for ip, id := range map[string]string{"240": onlyLease, "241": leaseNetns} {
+		leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+ip)
+		testenv.Must(t, os.WriteFile(leaseFile, []byte(id+"\r\neth0"), 0o644))
+		t.Cleanup(func() { os.Remove(leaseFile) })
+	}
 
 	// The dead one's cache entry records no namespace, as Nomad's libcni writes it.
 	entries, err := evidence.ReadCache(ctx, e.cacheDir, dead)
@@ -100,13 +103,14 @@ func TestOwnerJudges(t *testing.T) {
 	waitMember(t, busy)
 
 	owner := &fakeOwner{net: net, verdicts: map[string]gc.Verdict{
-		live:      {Live: true, Status: "running", Reason: "running"},
-		dead:      {Dead: true, Status: "complete", Reason: "the owner is done with it"},
-		busy:      {Dead: true, Status: "complete", Reason: "the owner is done with it"},
-		young:     {Status: "unknown", Reason: "too young to judge"},
-		failing:   {Err: fmt.Errorf("owner's API failed"), Status: "?"},
-		bare:      {Dead: true, Status: "complete", Reason: "the owner is done with it"},
-		onlyLease: {Dead: true, Status: "complete", Reason: "the owner is done with it"},
+		live:       {Live: true, Status: "running", Reason: "running"},
+		dead:       {Dead: true, Status: "complete", Reason: "the owner is done with it"},
+		busy:       {Dead: true, Status: "complete", Reason: "the owner is done with it"},
+		young:      {Status: "unknown", Reason: "too young to judge"},
+		failing:    {Err: fmt.Errorf("owner's API failed"), Status: "?"},
+		bare:       {Dead: true, Status: "complete", Reason: "the owner is done with it"},
+		onlyLease:  {Dead: true, Status: "complete", Reason: "the owner is done with it"},
+		leaseNetns: {Dead: true, Status: "complete", Reason: "the owner is done with it"},
 	}}
 	st := e.openStore(t)
 	o := e.options(st, e.manager(st, 0, 0))
@@ -115,7 +119,7 @@ func TestOwnerJudges(t *testing.T) {
 	o.DryRun = true
 	rep, err := gc.Run(ctx, o)
 	testenv.Must(t, err)
-	for _, id := range []string{dead, bare, onlyLease} {
+	for _, id := range []string{dead, bare, onlyLease, leaseNetns} {
 		if _, ok := find(rep.Found, id); !ok {
 			t.Errorf("dry run does not report %s: %+v", id, rep.Found)
 		}
@@ -127,13 +131,16 @@ func TestOwnerJudges(t *testing.T) {
 	o.DryRun = false
 	rep, err = gc.Run(ctx, o)
 	testenv.Must(t, err)
-	for _, id := range []string{dead, bare, onlyLease} {
+	for _, id := range []string{dead, bare, onlyLease, leaseNetns} {
 		it, ok := find(rep.Reclaimed, id)
 		if !ok || it.Owner != "fake" || it.Status != "complete" || !strings.Contains(it.Reason, "the owner is done with it") {
 			t.Errorf("%s not reclaimed with the owner's evidence: %+v (errors %v)", id, it, rep.Errors)
 		}
 	}
-	e.assertCleanOf(t, dead, bare, onlyLease)
+	e.assertCleanOf(t, dead, bare, onlyLease, leaseNetns)
+	if !has(rep.Reclaimed, gc.KindLease, leaseNetns) || !has(rep.Reclaimed, gc.KindNetns, leaseNetns) {
+		t.Errorf("lease and namespace of %s: %+v", leaseNetns, rep.Reclaimed)
+	}
 
 	if it, ok := find(rep.Kept, busy); !ok || !strings.Contains(it.Holders, "sleep") {
 		t.Errorf("busy namespace not kept with its process: %+v", rep.Kept)

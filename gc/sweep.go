@@ -92,7 +92,6 @@ func (r *run) readCache(ctx context.Context) ([]evidence.CacheEntry, error) {
 // attachment of id to network, so that later steps do not report it again.
 func (r *run) markHandled(network, id string) {
 	r.handled[handledKey(network, id)] = true
-	r.handledIDs[id] = true
 }
 
 // ours says whether a cache entry is this berth's: entries another berth
@@ -480,6 +479,7 @@ func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.Ca
 	if pinned(j.netns) {
 		it.Kind, it.Path = KindNetns, j.netns
 		it.Reason += "; its namespace still exists"
+		r.netnsDone[netnsKey(j.netns)] = true
 	} else if j.netns != "" {
 		it.Reason += "; its namespace is gone"
 	}
@@ -554,6 +554,9 @@ type leaseHolder struct {
 	leases []evidence.Lease
 	owner  Owner
 	item   Item
+	// netns is the holder's namespace when its owner names one that
+	// still exists: DEL runs in it, and step 7 removes it.
+	netns string
 }
 
 // unknownLeases reads the network's lease dirs: leases of known IDs join
@@ -612,7 +615,11 @@ func (r *run) ownerLeaseVerdict(ctx context.Context, st *netState, l evidence.Le
 		r.kept(it)
 	case r.keepBusy(ctx, it, v.Netns):
 	default:
-		unknown[l.ID] = &leaseHolder{leases: []evidence.Lease{l}, owner: o, item: it}
+		h := &leaseHolder{leases: []evidence.Lease{l}, owner: o, item: it}
+		if pinned(v.Netns) {
+			h.netns = v.Netns
+		}
+		unknown[l.ID] = h
 		return true
 	}
 	st.known[l.ID] = true
@@ -637,7 +644,7 @@ func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, h *leas
 	if r.o.DryRun {
 		return
 	}
-	if err := r.releaseLeases(ctx, nw, id, ls); err != nil {
+	if err := r.releaseLeases(ctx, nw, id, ls, h.netns); err != nil {
 		for _, it := range items {
 			r.fail(it, err)
 		}
@@ -650,17 +657,17 @@ func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, h *leas
 }
 
 // releaseLeases DELs an unknown container ID through the network's
-// configuration, so that every plugin (host-local, firewall, portmap)
-// releases what it holds for it, then removes any lease file DEL left,
-// under host-local's own lock.
-func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease) error {
+// configuration (in its namespace nsPath, when it still exists), so that
+// every plugin (host-local, firewall, portmap) releases what it holds for
+// it, then removes any lease file DEL left, under host-local's own lock.
+func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease, nsPath string) error {
 	ifname := ls[0].IfName
 	if ifname == "" {
 		ifname = "eth0"
 	}
 	if nw.conf != nil {
-		// No namespace: Del also removes the holder's marked rules.
-		if err := r.o.CNI.Del(ctx, nw.conf, nw.name, &cni.Attachment{ContainerID: id, IfName: ifname}); err != nil {
+		// Without a namespace, Del also removes the holder's marked rules.
+		if err := r.o.CNI.Del(ctx, nw.conf, nw.name, &cni.Attachment{ContainerID: id, IfName: ifname, NetNS: nsPath}); err != nil {
 			r.log.Warn("DEL of an unknown lease holder failed; removing its lease files directly", "network", nw.name, "id", id, "err", err)
 		}
 	}
@@ -908,7 +915,7 @@ func (r *run) sweepNetns(ctx context.Context, recs []*store.Attachment) {
 		}
 	}
 	candidate := func(e netns.Entry) bool {
-		return len(r.o.Owners) > 0 && named != nil && !named[e.Name] && !named[e.Path] && !r.handledIDs[e.Name] && !r.stay[e.Name]
+		return len(r.o.Owners) > 0 && named != nil && !named[e.Name] && !named[e.Path] && !r.netnsDone[netnsKey(e.Path)] && !r.stay[e.Name]
 	}
 	var ask []string
 	for _, e := range entries {
