@@ -222,8 +222,8 @@ func newRun(o Options) (*run, error) {
 		stay:    map[string]bool{},
 		drivers: map[string]driver.Driver{},
 
-		netnsDone:  map[string]bool{},
-		ownerNets:  map[string]ownerNet{},
+		netnsDone: map[string]bool{},
+		ownerNets: map[string]ownerNet{},
 	}
 	for _, ow := range o.Owners {
 		for name, conf := range ow.Networks() {
