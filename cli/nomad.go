@@ -29,7 +29,7 @@ func (nf *nomadFlags) register(f *pflag.FlagSet, onFlag, onHelp string) {
 	f.StringVar(&nf.cfg.Address, "nomad-address", "", "address of this node's Nomad client agent (env "+nomad.EnvAddress+", default "+nomad.DefaultAddress+")")
 	f.StringVar(&nf.cfg.Token, "nomad-token", "", "Nomad ACL token: agent:read, node:read, read-job in every namespace (env "+nomad.EnvToken+")")
 	f.StringVar(&nf.cfg.Region, "nomad-region", "", "Nomad region (env "+nomad.EnvRegion+")")
-	f.StringVar(&nf.cfg.Namespace, "nomad-namespace", "", "Nomad namespace whose allocation events are followed (env "+nomad.EnvNamespace+", default \"*\": all)")
+	f.StringVar(&nf.cfg.Namespace, "nomad-namespace", "", "Nomad namespace whose allocation events the agent follows (env "+nomad.EnvNamespace+", default \"*\": all); a node's allocations are listed in every namespace")
 	f.StringVar(&nf.cfg.CACert, "nomad-ca-cert", "", "CA certificate to verify Nomad's TLS certificate (env "+nomad.EnvCACert+")")
 	f.StringVar(&nf.cfg.ClientCert, "nomad-client-cert", "", "client certificate for Nomad's mutual TLS (env "+nomad.EnvClientCert+")")
 	f.StringVar(&nf.cfg.ClientKey, "nomad-client-key", "", "client key for Nomad's mutual TLS (env "+nomad.EnvClientKey+")")

@@ -234,9 +234,10 @@ type AllocEvent struct {
 	Alloc *Alloc
 }
 
-// Follow streams allocation events after index until ctx ends or the
-// stream breaks (the channel is then closed after an event carrying the
-// error in Err).
+// Follow streams this cluster's allocation events from index on (of the
+// configured namespace, every one by default) until ctx ends or the
+// stream breaks: the channel is then closed after a batch whose Err says
+// why.
 func (c *Client) Follow(ctx context.Context, index uint64) (<-chan AllocBatch, error) {
 	q := &napi.QueryOptions{Namespace: c.set.Namespace}
 	ch, err := c.api.EventStream().Stream(ctx, map[napi.Topic][]string{napi.TopicAllocation: {"*"}}, index, q)
