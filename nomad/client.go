@@ -30,6 +30,9 @@ const (
 	CallEventStream = "event_stream"
 )
 
+// Calls are every call, for a metric's label values (metrics.NomadCalls).
+var Calls = []string{CallAgentSelf, CallNodeAllocs, CallAllocation, CallEventStream}
+
 // requestTimeout bounds every call but the event stream.
 const requestTimeout = 15 * time.Second
 

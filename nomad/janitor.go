@@ -46,8 +46,8 @@ var retryDelays = []time.Duration{
 	4 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second, 60 * time.Second,
 }
 
-// Janitor follows one node's allocations and reclaims what Nomad leaves.
-type Janitor struct {
+// janitor follows one node's allocations and reclaims what Nomad leaves.
+type janitor struct {
 	o   RunOptions
 	log *slog.Logger
 
@@ -70,7 +70,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	j := &Janitor{o: o, log: o.Logger.With("component", "nomad"), sem: make(chan struct{}, 2),
+	j := &janitor{o: o, log: o.Logger.With("component", "nomad"), sem: make(chan struct{}, 2),
 		pending: map[string]bool{}, done: map[string]time.Time{}}
 	defer j.wg.Wait()
 	j.connected(false)
@@ -97,7 +97,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 }
 
-func (j *Janitor) connected(up bool) {
+func (j *janitor) connected(up bool) {
 	if j.o.Metrics != nil {
 		j.o.Metrics.NomadConnected(up)
 	}
@@ -105,7 +105,7 @@ func (j *Janitor) connected(up bool) {
 
 // session is one connection: who the node is, a listing, a full
 // reconcile, then events until the stream breaks.
-func (j *Janitor) session(ctx context.Context) error {
+func (j *janitor) session(ctx context.Context) error {
 	c, err := NewClient(j.o.Settings, j.o.Metrics)
 	if err != nil {
 		return err
@@ -154,7 +154,7 @@ func (j *Janitor) session(ctx context.Context) error {
 }
 
 // event handles one allocation change of this node.
-func (j *Janitor) event(ctx context.Context, ow *Owner, ev AllocEvent) {
+func (j *janitor) event(ctx context.Context, ow *Owner, ev AllocEvent) {
 	if ev.Alloc.NodeID != ow.node.ID {
 		return
 	}
@@ -181,7 +181,7 @@ func (j *Janitor) event(ctx context.Context, ow *Owner, ev AllocEvent) {
 // again until none is left (Nomad's own teardown may still be running, a
 // process may still live in its namespace) or the retries are exhausted;
 // the periodic reconcile then takes over.
-func (j *Janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
+func (j *janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
 	defer func() {
 		j.mu.Lock()
 		delete(j.pending, a.ID)
@@ -243,7 +243,7 @@ func keptReasons(rep *gc.Report) []string {
 // reconcile is the full collection; refresh lists the node's allocations
 // first (the listing of a new session is fresh already). Without a
 // listing nothing is collected.
-func (j *Janitor) reconcile(ctx context.Context, ow *Owner, why string, refresh bool) {
+func (j *janitor) reconcile(ctx context.Context, ow *Owner, why string, refresh bool) {
 	if refresh {
 		if _, err := ow.Refresh(ctx); err != nil {
 			j.log.Warn("cannot list the node's allocations: the reconcile is skipped", "reconcile", why, "err", err)
@@ -261,7 +261,7 @@ func (j *Janitor) reconcile(ctx context.Context, ow *Owner, why string, refresh 
 }
 
 // collect runs gc with Nomad as the owner, for ids only when set.
-func (j *Janitor) collect(ctx context.Context, ow *Owner, ids []string) (*gc.Report, error) {
+func (j *janitor) collect(ctx context.Context, ow *Owner, ids []string) (*gc.Report, error) {
 	select {
 	case j.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -293,7 +293,7 @@ func (j *Janitor) collect(ctx context.Context, ow *Owner, ids []string) (*gc.Rep
 
 // pruneDone forgets allocations reclaimed long ago (events for them are
 // over; should one come, a collection finds nothing).
-func (j *Janitor) pruneDone() {
+func (j *janitor) pruneDone() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for id, t := range j.done {

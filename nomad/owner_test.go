@@ -9,12 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/berth/berth/gc"
+	"github.com/berth/berth/metrics"
 )
 
 const (
@@ -191,6 +193,13 @@ func TestOwnerPrefetch(t *testing.T) {
 	ow.Prefetch(context.Background(), []string{broken, "cccccccc-0000-0000-0000-000000000001"})
 	if v := ow.Judge(context.Background(), gc.Claim{Kind: gc.KindNetns, ID: broken, Path: "/run/netns/" + broken}); v.Err == nil {
 		t.Errorf("broken: %+v", v)
+	}
+}
+
+// The metric's label values are the calls made.
+func TestMetricCalls(t *testing.T) {
+	if !slices.Equal(metrics.NomadCalls, Calls) {
+		t.Errorf("metrics.NomadCalls %v, nomad.Calls %v", metrics.NomadCalls, Calls)
 	}
 }
 
