@@ -82,16 +82,16 @@ func Run(ctx context.Context, o RunOptions) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if time.Since(start) > time.Minute {
+			backoff = time.Second // it had been working
+		}
 		j.log.Warn("Nomad unreachable or failing: nothing of Nomad's is reclaimed until it answers", "address", o.Settings.Address, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(backoff):
 		}
-		switch {
-		case time.Since(start) > time.Minute:
-			backoff = time.Second // it had been working
-		case backoff < 30*time.Second:
+		if backoff < 30*time.Second {
 			backoff *= 2
 		}
 	}
