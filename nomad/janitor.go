@@ -121,6 +121,9 @@ func (j *janitor) session(ctx context.Context) error {
 	}
 	events, err := c.Follow(ctx, idx+1)
 	if err != nil {
+		// The listing is fresh: reconcile with it all the same (each
+		// reconnect does), then retry the stream.
+		j.reconcile(ctx, ow, "start", false)
 		return err
 	}
 	j.connected(true)
