@@ -196,6 +196,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer close(gcDone)
 		a.gcLoop(gcCtx)
 	}()
+	nomadDone := a.startNomad(gcCtx)
 
 	close(a.ready)
 	a.printBanner()
@@ -212,6 +213,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	stopGC()
 	<-gcDone
+	<-nomadDone
 	a.drain()
 
 	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
@@ -301,6 +303,7 @@ func (a *Agent) printBanner() {
 		{"Bridge network", fmt.Sprintf("%s (%s, %s)", cfg.Bridge.Network, cfg.Bridge.Iface, cfg.Bridge.Subnet)},
 		{"Podman socket", podmanSock},
 		{"GC", fmt.Sprintf("%s, mode %s", gcEvery, cfg.GCMode)},
+		{"Nomad", a.nomadBanner()},
 		{"Retention", fmt.Sprintf("%d finished allocations per job", cfg.Retention)},
 		{"Log", cfg.LogLevel + ", " + cfg.LogFormat},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/nomad"
 	"github.com/berth/berth/store"
 )
 
@@ -51,6 +52,13 @@ type Config struct {
 	StopTimeout string `hcl:"stop_timeout,optional" help:"how long a job stop request waits for tasks and networks to be gone"`
 
 	API *APIConfig `hcl:"api,block"`
+	// Nomad, when present, makes the agent reclaim what Nomad leaves on
+	// this node (see package nomad): a full reconcile at start and every
+	// gc_interval, and each allocation's leftovers seconds after it turns
+	// terminal. Unset settings come from the nomad CLI's environment. Its
+	// flags are --nomad-address and --nomad-grace-period (the token is
+	// never a flag).
+	Nomad *nomad.Config `hcl:"nomad,block" flag:"-"`
 }
 
 // APIConfig says where the HTTP API listens.
@@ -100,6 +108,7 @@ func ParseConfig(src []byte, filename string) (Config, error) {
 
 // settings is the configuration checked and converted.
 type settings struct {
+	nomad       *nomad.Settings
 	gcInterval  time.Duration
 	stopTimeout time.Duration
 	token       string
@@ -155,6 +164,13 @@ func (cfg *Config) check() (*settings, error) {
 		case len(s.token) < 16:
 			p.Addf("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
 		}
+	}
+	if cfg.Nomad != nil {
+		ns, err := nomad.FromEnv(os.Getenv).Over(*cfg.Nomad).Check()
+		if err != nil {
+			p.Add("nomad", "%v", err)
+		}
+		s.nomad = &ns
 	}
 	if err := p.Err(ErrInvalidConfig); err != nil {
 		return nil, err

@@ -67,6 +67,30 @@ api {
 	}
 }
 
+func TestNomadBlock(t *testing.T) {
+	t.Setenv("NOMAD_TOKEN", "from-env")
+	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:1")
+	cfg, err := ParseConfig([]byte("nomad {\n  address = \"http://127.0.0.1:25646\"\n  grace_period = \"2h\"\n}\n"), "a.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cfg.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.nomad; n == nil || n.Address != "http://127.0.0.1:25646" || n.Token != "from-env" || n.Grace.Hours() != 2 {
+		t.Errorf("nomad settings %+v", n)
+	}
+	def := DefaultConfig()
+	if s, _ := def.check(); s.nomad != nil {
+		t.Errorf("nomad on without a block")
+	}
+	cfg, _ = ParseConfig([]byte("nomad {\n  grace_period = \"soon\"\n}\n"), "a.hcl")
+	if _, err := cfg.check(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nomad: ") {
+		t.Errorf("bad grace period: %v", err)
+	}
+}
+
 var positioned = regexp.MustCompile(`bad\.hcl:\d+:\d+: `)
 
 func TestParseConfigErrors(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/nomad"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {
@@ -22,6 +23,7 @@ func newAgentCmd(g *Globals) *cobra.Command {
 	// global flags (g.flags).
 	d := agent.DefaultConfig()
 	var own *node.Flags
+	var applyNomad func(*agent.Config)
 	cmd := &cobra.Command{
 		Use:   "agent [-config FILE] [flags]",
 		Short: "Run berth as a service: run submitted jobs, serve the HTTP API and /metrics, collect garbage",
@@ -68,6 +70,7 @@ a flag given on the command line wins over the file. Both -config and
 			}
 			g.flags.Overlay(&cfg.Config)
 			own.Overlay(&cfg)
+			applyNomad(&cfg)
 			if g.runAgent != nil {
 				return g.runAgent(cmd.Context(), cfg)
 			}
@@ -79,6 +82,25 @@ a flag given on the command line wins over the file. Both -config and
 	f.SetOutput(g.stderr)
 	f.StringVar(&file, "config", "", "HCL configuration file (settings given as flags win over it)")
 	own = node.BindFlags(f, &d)
+	// The nomad block's two flags; its other settings come from the file
+	// or the nomad CLI's environment (the token never from a flag).
+	var nomadAddr, nomadGrace string
+	f.StringVar(&nomadAddr, "nomad-address", "", "reclaim what Nomad leaves on this node, asking this node's Nomad client agent at this address (as a nomad block; other settings from NOMAD_* variables)")
+	f.StringVar(&nomadGrace, "nomad-grace-period", "", "with a nomad block: reclaim what Nomad no longer knows once its evidence is older than this (default 1h)")
+	applyNomad = func(cfg *agent.Config) {
+		if nomadAddr == "" && nomadGrace == "" {
+			return
+		}
+		if cfg.Nomad == nil {
+			cfg.Nomad = &nomad.Config{}
+		}
+		if nomadAddr != "" {
+			cfg.Nomad.Address = nomadAddr
+		}
+		if nomadGrace != "" {
+			cfg.Nomad.GracePeriod = nomadGrace
+		}
+	}
 	return cmd
 }
 

@@ -40,12 +40,12 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 	return job, nil
 }
 
-// nomadFlags are the long flags Nomad's commands spell with one dash that
+// singleDashFlags are the long flags Nomad's commands spell with one dash that
 // berth's commands share: -var and -var-file (job run, plan, validate),
 // -meta and -detach (job dispatch).
-var nomadFlags = []string{"var", "var-file", "meta", "detach"}
+var singleDashFlags = []string{"var", "var-file", "meta", "detach"}
 
-// NomadArgs rewrites Nomad's single-dash long flags (nomadFlags, also
+// NomadArgs rewrites Nomad's single-dash long flags (singleDashFlags, also
 // with "=VALUE") to the double-dash ones the flag parser knows, so a
 // command line written for `nomad job run` or `nomad job dispatch` works
 // unchanged. Arguments after "--" are left alone.
@@ -59,7 +59,7 @@ func NomadArgs(args []string) []string {
 			done = true
 		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--"):
 			name, _, _ := strings.Cut(a[1:], "=")
-			if slices.Contains(nomadFlags, name) {
+			if slices.Contains(singleDashFlags, name) {
 				a = "-" + a
 			}
 		}

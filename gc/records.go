@@ -122,7 +122,7 @@ func (r *run) finishRecord(ctx context.Context, rec *store.Attachment, as *alloc
 		return
 	}
 	r.found(it)
-	r.handled[handledKey(rec.Network, rec.ID)] = true
+	r.markHandled(rec.Network, rec.ID)
 	if r.o.DryRun {
 		return
 	}

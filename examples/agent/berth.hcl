@@ -66,3 +66,24 @@ api {
   # token       = "change-me-to-a-long-random-string"
   # token_file  = "/etc/berth/token"
 }
+
+# Reclaim what Nomad leaves on this node (a Nomad client): the namespaces
+# Nomad 1.6 to 1.10.0 leak, and the CNI state of allocations that are
+# terminal or that Nomad forgot (see README.md, "Nomad clusters"). The agent
+# then follows the local client agent's allocation events, reclaims an
+# allocation's leftovers seconds after it turns terminal, and reconciles
+# fully at start and every gc_interval. Settings left out come from the
+# nomad CLI's environment (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
+# NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY,
+# NOMAD_TLS_SERVER_NAME). Flags: --nomad-address, --nomad-grace-period.
+# Absent by default.
+# nomad {
+#   address      = "http://127.0.0.1:4646"
+#   token        = ""       # agent:read, node:read, read-job in every namespace
+#   namespace    = "*"      # whose allocation events are followed
+#   region       = ""
+#   ca_cert      = ""
+#   client_cert  = ""
+#   client_key   = ""
+#   grace_period = "1h"     # for what Nomad no longer knows
+# }
