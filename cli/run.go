@@ -29,13 +29,14 @@ func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *V
 }
 
 // placeJob is parseJob, then a refusal when this node does not meet the
-// job's constraints or node pool: before anything is created.
+// job's constraints or node pool, or could never hold one launch of it:
+// before anything is created.
 func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
 	job, err := g.parseJob(ctx, n, path, vf)
 	if err != nil {
 		return nil, err
 	}
-	if err := job.Placement(n.Attrs); err != nil {
+	if err := n.Place(job); err != nil {
 		return nil, err
 	}
 	return job, nil
