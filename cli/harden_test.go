@@ -27,7 +27,11 @@ func TestRunRefusesWhatNeverFits(t *testing.T) {
   }
 }
 `), 0o644))
-	_, _, err := run(t, "run", job, "--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir(),
+	out, _, err := run(t, "validate", job, "--client-memory-total-mb", "24105")
+	if err != nil || !strings.Contains(out, `warning: `+job+`:3:3: job "big" cannot run on this node: memory exhausted`) {
+		t.Errorf("validate: %v\n%s", err, out)
+	}
+	_, _, err = run(t, "run", job, "--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir(),
 		"--client-memory-total-mb", "24105")
 	if err == nil || !strings.Contains(err.Error(), `memory exhausted: 100000 x 300 MB (group "g") = 30000000 MB > 24105 MB`) {
 		t.Fatalf("run: %v", err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -102,6 +103,13 @@ NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the en
 			job, err := g.parseJob(cmd.Context(), n, args[0], vf)
 			if err != nil {
 				return err
+			}
+			// As with constraints: validate warns, run refuses.
+			var ee *runner.ExhaustedError
+			if err := n.Capacity.Admissible(job); errors.As(err, &ee) {
+				d := ee.Diagnostic()
+				d.Detail += "; the file is valid, but run refuses the job on this node"
+				job.Warnings = append(job.Warnings, d)
 			}
 			var next []time.Time
 			if job.Periodic != nil {

@@ -85,6 +85,10 @@ func (p *parser) checkCNIArgs(r hcl.Range, m map[string]string, where string) {
 		if !p.checkIdent(r, "cni arg in "+where, k) {
 			continue
 		}
+		if strings.HasPrefix(k, "BERTH_") || strings.HasPrefix(k, reservedEnvPrefix) {
+			p.warn(r, fmt.Sprintf("cni arg %s in %s is ignored: BERTH_* and NOMAD_* args are the runtime's", k, where),
+				"berth passes the allocation's identity (BERTH_ALLOC_ID, NOMAD_ALLOC_ID, ...) itself; rename the arg")
+		}
 		v := m[k]
 		if strings.ContainsAny(v, ";=") || strings.IndexFunc(v, unicode.IsControl) >= 0 {
 			p.fail(r, fmt.Sprintf("cni arg %s = %q in %s contains ';', '=' or a control character", k, v, where),

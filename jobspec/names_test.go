@@ -109,6 +109,32 @@ func TestReservedEnvAndKillTimeoutWarn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	src2 := `job "j" {
+  group "g" {
+    network {
+      mode = "cni/x"
+      cni { args = { NOMAD_ALLOC_ID = "forged", BERTH_STORE = "other", K = "v" } }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}
+`
+	j2, err := Parse([]byte(src2), "c.hcl", ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cw []string
+	for _, w := range j2.Warnings {
+		cw = append(cw, w.String())
+	}
+	for _, want := range []string{"cni arg BERTH_STORE in cni block", "cni arg NOMAD_ALLOC_ID in cni block"} {
+		if !strings.Contains(strings.Join(cw, "\n"), want) {
+			t.Errorf("no warning %q: %v", want, cw)
+		}
+	}
 	var ws []string
 	for _, w := range j.Warnings {
 		ws = append(ws, w.String())

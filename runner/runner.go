@@ -290,17 +290,21 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 		return nil, err
 	}
 	req := attach.Request{
-		ID:      a.alloc.ID,
-		AllocID: a.alloc.ID,
-		Args: map[string]string{
-			"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
-			// Plugins written for Nomad read these.
-			"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
-			"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
-		},
+		ID:             a.alloc.ID,
+		AllocID:        a.alloc.ID,
+		Args:           map[string]string{},
 		CapabilityArgs: map[string]any{},
 	}
 	for k, v := range g.Network.CNIArgs {
+		req.Args[k] = v
+	}
+	// The runtime's identity wins over the job's cni args (validate warns).
+	for k, v := range map[string]string{
+		"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
+		// Plugins written for Nomad read these.
+		"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
+		"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
+	} {
 		req.Args[k] = v
 	}
 	if pm := portMappings(a.ports); len(pm) > 0 {
