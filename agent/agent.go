@@ -30,6 +30,7 @@ import (
 	"github.com/berth/berth/node"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/ui"
 )
 
 // ErrAgentRunning: another agent answers on the API socket.
@@ -53,6 +54,8 @@ type Agent struct {
 	version string
 	banner  io.Writer
 	ready   chan struct{}
+	uiPage  *ui.UI      // the status page
+	hist    *ui.History // what it plots: the last hour
 
 	// reconciled is closed once the reconcile at start has ended; jobs
 	// start after it.
@@ -104,6 +107,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	for _, o := range opts {
 		o(a)
 	}
+	a.newUI()
 	return a, nil
 }
 
@@ -196,7 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	servers := []*http.Server{us}
 	go func() { serveErr <- serve(us, a.limit(ul), "unix:"+cfg.API.Socket) }()
 	if tl != nil {
-		ts := a.server(a.requireToken(mux))
+		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
 		servers = append(servers, ts)
 		l := a.limit(tl)
 		if a.set.tls != nil {
@@ -336,11 +340,16 @@ func (a *Agent) printBanner() {
 	if podmanSock == "" {
 		podmanSock = filepath.Join(cfg.DataDir, "podman", "podman.sock") + " (started by berth when a task needs it)"
 	}
+	page := "/ui/ on the API socket (a browser reaches it through e.g. ssh -L 4646:" + a.unixAddr + " HOST)"
+	if a.tcpAddr != "" {
+		page = "http://" + a.tcpAddr + "/ui/ (sign in with the API token)"
+	}
 	lines := [][2]string{
 		{"Version", a.version},
 		{"API socket", "unix://" + a.unixAddr + " (mode 0600)"},
 		{"API TCP", tcp},
 		{"Metrics", "GET /metrics on the API"},
+		{"Status page", page},
 		{"Data dir", cfg.DataDir},
 		{"Netns dir", cfg.NetnsDir},
 		{"CNI config dir", cfg.CNIConfigDir},

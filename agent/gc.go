@@ -40,9 +40,11 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 			err = errors.New("gc returned no report")
 		}
 		a.met.GCRun(err, nil)
+		a.hist.RecordGC(time.Now(), why, nil, err)
 		return nil, err
 	}
 	out := wireGCReport(rep)
+	a.hist.RecordGC(time.Now(), why, out, err)
 	if !dryRun {
 		reclaimed := out.ReclaimedByKind
 		runErr := err

@@ -55,6 +55,13 @@ type jobRecord struct {
 	Status      string     `json:"status"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	// The variables it was submitted with, to parse it again alike.
+	jobVars
+	// A dispatched child keeps its parent's source and variables, and
+	// its dispatch: the parent's ID, the meta and payload.
+	ParentID string            `json:"parent_id,omitempty"`
+	Meta     map[string]string `json:"dispatch_meta,omitempty"`
+	Payload  []byte            `json:"dispatch_payload,omitempty"`
 }
 
 // jobRun is a job the agent knows, running or not. Fields are guarded by
@@ -83,6 +90,8 @@ func (jr *jobRun) recordError() string {
 
 func (jr *jobRun) status() string {
 	switch {
+	case jr.cancel == nil && jr.rec.Status == api.JobRegistered:
+		return api.JobRegistered
 	case jr.cancel == nil:
 		return api.JobDead
 	case jr.stopping || jr.replacing:
@@ -94,8 +103,9 @@ func (jr *jobRun) status() string {
 // parseJob validates a job against this node, its drivers and CNI networks,
 // exactly as `berth run` does, and refuses it when this node does not meet
 // its constraints or node pool, or could never hold one launch of it.
-func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
+func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v jobVars) (*jobspec.Job, error) {
 	opts := a.node.ParseOptions(ctx)
+	v.apply(&opts)
 	job, err := jobspec.Parse(src, filename, opts)
 	if err != nil {
 		return nil, err
@@ -150,7 +160,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		}
 		log := a.log.With("job", rec.ID)
 		jr := &jobRun{rec: rec}
-		job, perr := a.parseJob(ctx, []byte(rec.Source), rec.Filename)
+		job, perr := a.parseRecord(ctx, rec)
 		jr.job = job
 		if rec.Status == api.JobRunning {
 			switch {
@@ -234,6 +244,7 @@ func (a *Agent) start(jr *jobRun) error {
 // for: alloc_id, job, netns and network. An allocation the store could
 // not record is the job's error, so that its status says why.
 func (a *Agent) allocDone(log *slog.Logger, jr *jobRun, al *store.Allocation) {
+	a.recordAlloc(al)
 	for _, ev := range al.Events {
 		if ev.Type != runner.EventNotRecorded {
 			continue
@@ -324,7 +335,8 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 // submit parses and starts a job, replacing a running one with the same
 // ID (stopped first, its networks torn down).
 func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	vars := varsOf(req)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, vars)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +348,7 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	if a.isDraining() {
 		return nil, ErrDraining
 	}
-	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5), Parameterized: job.IsParameterized()}
 
 	a.mu.Lock()
 	old := a.jobs[job.ID]
@@ -360,7 +372,12 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 
 	jr := &jobRun{job: job, rec: jobRecord{
 		ID: job.ID, Source: req.JobHCL, Filename: req.Filename, SubmittedAt: time.Now().UTC(), Status: api.JobRunning,
+		jobVars: vars,
 	}}
+	if job.IsParameterized() {
+		// Kept, never run: each dispatch runs a child job.
+		jr.rec.Status = api.JobRegistered
+	}
 	b, err := json.Marshal(jr.rec)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
@@ -371,6 +388,9 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	a.mu.Lock()
 	a.jobs[job.ID] = jr
 	a.mu.Unlock()
+	if jr.rec.Status == api.JobRegistered {
+		return resp, nil
+	}
 	if err := a.start(jr); err != nil {
 		// Recorded as running: it starts with the next agent.
 		return nil, err
@@ -394,7 +414,7 @@ func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
 
 // plan parses a job and says what submitting it would do.
 func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +434,7 @@ func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPla
 // to be gone up to stop_timeout; stopped is false if it gave up waiting
 // (the job goes on stopping and is forgotten when done).
 func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, error) {
-	if err := validName("job ID", id); err != nil {
+	if err := validJobID(id); err != nil {
 		return nil, err
 	}
 	unlock := a.keys.Lock(id)
@@ -469,8 +489,9 @@ func stubLocked(jr *jobRun) api.JobStub {
 		ID: jr.rec.ID, Status: jr.status(), SubmittedAt: jr.rec.SubmittedAt,
 		FinishedAt: jr.rec.FinishedAt, Error: jr.rec.Error,
 	}
+	s.ParentID = jr.rec.ParentID
 	if j := jr.job; j != nil {
-		s.Type, s.Namespace = j.Type, j.Namespace
+		s.Type, s.Namespace, s.Parameterized = j.Type, j.Namespace, j.IsParameterized()
 		if j.Periodic != nil {
 			s.Periodic = j.Periodic.Crons
 			if s.Status == api.JobRunning && j.Periodic.Enabled {
@@ -514,7 +535,7 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 
 // jobStatus is a job's summary, its spec and its allocations.
 func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error) {
-	if err := validName("job ID", id); err != nil {
+	if err := validJobID(id); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()

@@ -174,7 +174,7 @@ runtime; berth gc removes it once no interface of any runtime uses it.`,
 				case rep.Nothing:
 					fmt.Fprintf(g.stdout, "%s: nothing to remove\n", a[0])
 				default:
-					fmt.Fprintf(g.stdout, "%s: removed (network %s, DEL %.1f ms, remove %.1f ms)\n", a[0], rep.Network, rep.Timings["del"], rep.Timings["remove"])
+					fmt.Fprintf(g.stdout, "%s: removed (network %s, DEL %.1f ms, remove %.1f ms)\n", a[0], rep.Network, rep.Timings.Del, rep.Timings.Remove)
 					if rep.Busy {
 						fmt.Fprintf(g.stdout, "  namespace was busy, detached; holders: %s\n", strings.Join(rep.Holders, "; "))
 					}

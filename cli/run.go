@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/node"
@@ -43,10 +43,15 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 	return job, nil
 }
 
-// NomadArgs rewrites Nomad's single-dash -var and -var-file (also with
-// "=VALUE") to the --var and --var-file the flag parser knows, so a
-// command line written for `nomad job run` works unchanged. Arguments
-// after "--" are left alone.
+// nomadFlags are the long flags Nomad's commands spell with one dash that
+// berth's commands share: -var and -var-file (job run, plan, validate),
+// -meta and -detach (job dispatch).
+var nomadFlags = []string{"var", "var-file", "meta", "detach"}
+
+// NomadArgs rewrites Nomad's single-dash long flags (nomadFlags, also
+// with "=VALUE") to the double-dash ones the flag parser knows, so a
+// command line written for `nomad job run` or `nomad job dispatch` works
+// unchanged. Arguments after "--" are left alone.
 func NomadArgs(args []string) []string {
 	out := make([]string, len(args))
 	done := false
@@ -55,17 +60,20 @@ func NomadArgs(args []string) []string {
 		case done:
 		case a == "--":
 			done = true
-		case a == "-var", a == "-var-file", strings.HasPrefix(a, "-var="), strings.HasPrefix(a, "-var-file="):
-			a = "-" + a
+		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--"):
+			name, _, _ := strings.Cut(a[1:], "=")
+			if slices.Contains(nomadFlags, name) {
+				a = "-" + a
+			}
 		}
 		out[i] = a
 	}
 	return out
 }
 
-// VarFlags are the job-variable flags of validate (and, later, run and
-// job run/plan): -var NAME=VALUE and -var-file FILE, repeatable, plus
-// NOMAD_VAR_<name> from the environment.
+// VarFlags are the job-variable flags of validate, run and job run/plan:
+// -var NAME=VALUE and -var-file FILE, repeatable, plus NOMAD_VAR_<name>
+// from the environment.
 type VarFlags struct {
 	Vars     []string
 	VarFiles []string
@@ -149,15 +157,18 @@ NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the en
 func newRunCmd(g *Globals) *cobra.Command {
 	var maxRuns int
 	var forDur time.Duration
+	var payload string
 	vf := &VarFlags{}
+	df := &DispatchFlags{}
 	cmd := &cobra.Command{
-		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
+		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... [-meta KEY=VALUE]... [--payload FILE|-] JOBFILE",
 		Short: "Run a job on this machine in the foreground; print each allocation and a summary with a leak check",
 		Long: `Run a job on this machine in the foreground. Each allocation prints a line (ID, status,
 exit codes, network setup and teardown ms); the summary gives allocations by status, setup and
 teardown p50/p99, teardown retries and holders, and a leak check of what this run created.
 Exit status 0 only if every allocation completed and nothing leaked. Ctrl-C stops launching,
-stops running tasks, tears their networks down and prints the summary.`,
+stops running tasks, tears their networks down and prints the summary. A parameterized job is
+dispatched once, with -meta and --payload, and the child job runs.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -169,42 +180,22 @@ stops running tasks, tears their networks down and prints the summary.`,
 			if err != nil {
 				return err
 			}
+			if job, err = dispatchForeground(job, df, payload, cmd.InOrStdin()); err != nil {
+				return err
+			}
 			if err := n.OpenStore(ctx); err != nil {
 				return err
 			}
 			defer g.closeNode(ctx, n)
 			g.Reconcile(ctx, n)
 			r := n.Runner()
-			if !g.JSON {
-				fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
-			}
-			sum, err := r.RunJob(ctx, job, runner.RunOptions{
-				MaxRuns: maxRuns, For: forDur,
-				OnStart: func(a *store.Allocation) {
-					if !g.JSON {
-						fmt.Fprintln(g.stdout, startLine(a))
-					}
-				},
-				OnAlloc: func(a *store.Allocation) {
-					if g.JSON {
-						return
-					}
-					fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9.1f  %11.1f\n", a.ID, a.Status, exitCodes(a), a.TimingsMS["netns"]+a.TimingsMS["add"], a.TimingsMS["del"]+a.TimingsMS["remove"])
-					if a.StatusDesc != "" && a.Status != store.AllocComplete {
-						fmt.Fprintf(g.stdout, "    %s\n", a.StatusDesc)
-					}
-				},
-			})
+			out := newRunOutput(g.stdout, g.JSON)
+			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
+			out.close()
 			if err != nil {
 				return err
 			}
-			if g.JSON {
-				if err := g.PrintJSON(sum); err != nil {
-					return err
-				}
-			} else {
-				printSummary(g, agent.WireSummary(sum))
-			}
+			out.summary(g, sum)
 			if !sum.OK() {
 				return exitCode(1)
 			}
@@ -212,6 +203,8 @@ stops running tasks, tears their networks down and prints the summary.`,
 		},
 	}
 	vf.register(cmd)
+	df.register(cmd)
+	cmd.Flags().StringVar(&payload, "payload", "", "the dispatch payload of a parameterized job: a file, or - for standard input")
 	cmd.Flags().IntVar(&maxRuns, "max-runs", 0, "stop a periodic job after N launches (0: no limit)")
 	cmd.Flags().DurationVar(&forDur, "for", 0, "stop launching and stop running tasks after this long (0: no limit)")
 	return cmd

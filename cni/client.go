@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -176,6 +177,15 @@ func (c *Client) Add(ctx context.Context, net *Network, a *Attachment) (*Result,
 	defer cancel()
 	rt := a.runtimeConf()
 	r, err := c.cni.AddNetworkList(ctx, net.List, rt)
+	if err != nil && chainRace(err) && ctx.Err() == nil {
+		// The firewall and portmap plugins create their shared chains
+		// with check-then-create: two first ADDs at once (any runtimes)
+		// and one fails. Undo the half and go again; the chain is there
+		// now.
+		if derr := c.Del(ctx, net, net.Name(), a); derr == nil {
+			r, err = c.cni.AddNetworkList(ctx, net.List, rt)
+		}
+	}
 	if err != nil {
 		return nil, c.wrap(ctx, "ADD", net, a.ContainerID, err)
 	}
@@ -184,6 +194,14 @@ func (c *Client) Add(ctx context.Context, net *Network, a *Attachment) (*Result,
 		return nil, c.wrap(ctx, "ADD", net, a.ContainerID, err)
 	}
 	return res, nil
+}
+
+// chainRace says whether a plugin failed because another created a shared
+// chain between its check and its create (iptables-nft says "CHAIN_USER_ADD
+// failed (File exists)", iptables-legacy "Chain already exists").
+func chainRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "CHAIN_USER_ADD failed (File exists)") || strings.Contains(msg, "Chain already exists")
 }
 
 // Check verifies an attachment against its cached result. A network that

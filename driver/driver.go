@@ -6,6 +6,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/berth/berth/store"
@@ -28,11 +30,49 @@ type Task struct {
 	// NetnsPath is the group's pinned network namespace; empty means the host's.
 	NetnsPath string
 	// LogDir receives <TaskName>.stdout and <TaskName>.stderr.
-	LogDir      string
+	LogDir string
+	// AllocDir is the allocation's directory, laid out as Nomad's (see
+	// SharedDir and TaskDir); empty means none (raw_exec only).
+	AllocDir    string
 	KillTimeout time.Duration
+	// KillSignal is what Stop sends first (the job's kill_signal); 0
+	// means SIGTERM.
+	KillSignal syscall.Signal
+	Resources  Resources
 	// Labels are attached to whatever the driver creates (container labels),
 	// so an orphan can be found by them after a crash.
 	Labels map[string]string
+}
+
+// Resources is what the task may use, as the job file says (Nomad's
+// defaults filled in): cpu in MHz, memory in MB; MemoryMaxMB above MemoryMB
+// is the hard limit (MemoryMB then the soft one), -1 no hard limit.
+type Resources struct {
+	CPU         int
+	MemoryMB    int
+	MemoryMaxMB int
+}
+
+// SharedDir is the allocation's directory shared by its tasks
+// (NOMAD_ALLOC_DIR): <alloc dir>/alloc.
+func SharedDir(allocDir string) string { return filepath.Join(allocDir, "alloc") }
+
+// TaskDir is a task's own directory, <alloc dir>/<task>, with local/
+// (NOMAD_TASK_DIR), secrets/ (NOMAD_SECRETS_DIR) and tmp/ in it.
+func TaskDir(allocDir, task string) string { return filepath.Join(allocDir, task) }
+
+// TaskPaths are where a task sees its allocation's shared dir, its local
+// dir and its secrets dir (NOMAD_ALLOC_DIR, NOMAD_TASK_DIR,
+// NOMAD_SECRETS_DIR).
+type TaskPaths struct {
+	AllocDir, TaskDir, SecretsDir string
+}
+
+// PathMapper is a driver whose tasks see a filesystem of their own (a
+// container's): it says where the task's directories appear there. For
+// any other driver they are the host's paths.
+type PathMapper interface {
+	TaskPaths() TaskPaths
 }
 
 // ExitResult is how a task ended.
@@ -58,7 +98,7 @@ type Handle interface {
 	State() store.TaskHandle
 	// Wait blocks until the task exits or ctx ends.
 	Wait(ctx context.Context) (*ExitResult, error)
-	// Stop asks the task to stop (SIGTERM, or the container's stop signal)
+	// Stop asks the task to stop (its Task.KillSignal, SIGTERM by default)
 	// and kills it after timeout.
 	Stop(ctx context.Context, timeout time.Duration) error
 	// Destroy releases everything the driver holds for the task: the

@@ -396,3 +396,31 @@ func TestDamagedAttachmentKept(t *testing.T) {
 	e.downThenGC(t, id)
 	e.assertClean(t, id)
 }
+
+// TestSameIDTwoProcesses: two `net up` of one ID at once, in two
+// processes: one creates it, the other waits for it and CHECKs it; both
+// exit 0 with the same address.
+func TestSameIDTwoProcesses(t *testing.T) {
+	e := newEnv(t, full("10.199.112.0/24"))
+	id := e.id()
+	up := []string{"net", "up", id, "--network", e.net.Name, "--json"}
+	rs := e.parallel(t, [][]string{up, up})
+	mustAllExit0(t, "net up of one ID", rs)
+	var created, checked int
+	var addrs []string
+	for _, r := range rs {
+		var st attach.Status
+		testenv.Must(t, json.Unmarshal([]byte(r.stdout), &st))
+		if st.Created {
+			created++
+		} else if st.CheckSkipped == "" {
+			checked++
+		}
+		addrs = append(addrs, strings.Join(st.IPv4, ","))
+	}
+	if created != 1 || checked != 1 || addrs[0] != addrs[1] {
+		t.Errorf("created %d, checked %d, addresses %v; want one created, one checked, one address", created, checked, addrs)
+	}
+	e.downThenGC(t, id)
+	e.assertClean(t, id)
+}

@@ -169,7 +169,7 @@ func (r *run) judge(rec *store.Attachment, as *allocState) (reason string, keep 
 		// Nothing about it is known but its ID: its namespace, cache
 		// entry and leases are kept as the ID's, never swept as nobody's.
 		return fmt.Sprintf("record cannot be decoded (%s): kept; `berth net down %s` tears it down from libcni's cache, `berth store rm attachment %s` drops the record", rec.LastError, rec.ID, rec.ID), true
-	case store.PhaseIntent, store.PhaseNetnsCreated, store.PhaseAdding:
+	case store.PhaseIntent:
 		if alive {
 			return "", false // a setup in flight
 		}

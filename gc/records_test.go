@@ -33,8 +33,8 @@ func TestJudge(t *testing.T) {
 		wantAct  bool // torn down
 		wantKeep bool
 	}{
-		{"adding, owner alive: in flight", store.Attachment{Phase: store.PhaseAdding, OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
-		{"adding, owner dead", store.Attachment{Phase: store.PhaseAdding, OwnerPID: dead, OwnerStartTime: deadStart}, false, true, false},
+		{"intent, owner alive: in flight", store.Attachment{Phase: store.PhaseIntent, OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
+		{"intent, owner dead", store.Attachment{Phase: store.PhaseIntent, OwnerPID: dead, OwnerStartTime: deadStart}, false, true, false},
 		{"intent, no owner", store.Attachment{Phase: store.PhaseIntent}, false, true, false},
 		{"tearing down, backing off", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, false, false, true},
 		{"tearing down, backoff ignored", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, true, true, false},

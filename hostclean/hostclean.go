@@ -348,6 +348,26 @@ func (Rules) RemoveAttachmentRules(ctx context.Context, network, id string) ([]s
 	return RemoveAttachmentRules(ctx, network, id)
 }
 
+// Host is what attach uses to tidy a network once its last attachment is
+// gone: the functions of the same names, as methods so that tests can put
+// a fake in their place.
+type Host struct{}
+
+// RemoveBridgeIfUnused is the function of the same name.
+func (Host) RemoveBridgeIfUnused(ctx context.Context, name string) (int, error) {
+	return RemoveBridgeIfUnused(ctx, name)
+}
+
+// RemoveHostLocalDirIfEmpty is the function of the same name.
+func (Host) RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error) {
+	return RemoveHostLocalDirIfEmpty(ctx, network)
+}
+
+// TidySharedChains is the function of the same name.
+func (Host) TidySharedChains(ctx context.Context) ([]string, error) {
+	return TidySharedChains(ctx)
+}
+
 // RemoveRulesMatching deletes every CNI rule for which match is true, and
 // the non-shared CNI-* chains they jump to once those are empty.
 func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]string, error) {

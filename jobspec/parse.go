@@ -50,6 +50,9 @@ type ParseOptions struct {
 	Vars []string
 	// VarFiles are -var-file paths, HCL or (named *.json) JSON, in order.
 	VarFiles []string
+	// VarFileSources are -var-files already read (what a client sent the
+	// agent), applied after VarFiles, in order.
+	VarFileSources []VarFile
 	// Env is searched for NOMAD_VAR_<name>=<value>; the caller passes
 	// os.Environ() to honour the process environment, nil for none.
 	Env []string

@@ -93,7 +93,15 @@ func (p *parser) variables(blocks map[string][]*hclsyntax.Block) {
 	}
 	p.envVars(decl)
 	for _, f := range p.opts.VarFiles {
-		p.varFile(f, decl)
+		src, err := os.ReadFile(f)
+		if err != nil {
+			p.fail(p.fileStart(), fmt.Sprintf("cannot read -var-file %s: %v", f, err), "")
+			continue
+		}
+		p.varFile(f, src, decl)
+	}
+	for _, f := range p.opts.VarFileSources {
+		p.varFile(f.Name, f.Src, decl)
 	}
 	p.argVars(decl)
 
@@ -312,14 +320,16 @@ func (p *parser) declareHint(name string, decl map[string]*variable) string {
 	return hint
 }
 
-// varFile reads a -var-file: HCL (name = value lines) or, for a .json
+// VarFile is a -var-file's name (which says its format: JSON for *.json,
+// HCL otherwise; and is used in positions) and its content.
+type VarFile struct {
+	Name string
+	Src  []byte
+}
+
+// varFile applies a -var-file: HCL (name = value lines) or, for a .json
 // name, a JSON object.
-func (p *parser) varFile(path string, decl map[string]*variable) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		p.fail(p.fileStart(), fmt.Sprintf("cannot read -var-file %s: %v", path, err), "")
-		return
-	}
+func (p *parser) varFile(path string, src []byte, decl map[string]*variable) {
 	var (
 		f     *hcl.File
 		diags hcl.Diagnostics

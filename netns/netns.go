@@ -91,6 +91,17 @@ func (m *Manager) Exists(name string) bool {
 	return ok
 }
 
+// IsPinned is the function IsPinned, as a method so that a Manager
+// satisfies its users' interfaces (attach.Namespaces).
+func (m *Manager) IsPinned(path string) (bool, error) { return IsPinned(path) }
+
+// RemovePath is the function RemovePath, as a method for the same reason.
+// path need not be in the Manager's directory (a namespace libcni's cache
+// names elsewhere).
+func (m *Manager) RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
+	return RemovePath(ctx, path)
+}
+
 // IsPinned reports whether path is a mounted network namespace.
 func IsPinned(path string) (bool, error) {
 	var st unix.Statfs_t

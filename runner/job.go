@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,10 @@ import (
 	"github.com/berth/berth/store"
 )
 
+// ErrParameterized is returned for a parameterized job: it runs only as
+// the child jobs its dispatches make (jobspec.Job.Dispatch).
+var ErrParameterized = errors.New("a parameterized job runs only when dispatched")
+
 // RunOptions bound a foreground run of a job.
 type RunOptions struct {
 	// MaxRuns stops a periodic job after that many launches (0: no limit).
@@ -29,6 +34,9 @@ type RunOptions struct {
 	// OnStart is called with each allocation as its tasks start, its
 	// network (address, ports) set up.
 	OnStart func(*store.Allocation)
+	// OnSchedule is told, from the launching goroutine, how many launches
+	// there were so far and when the next one is due (zero: none).
+	OnSchedule func(launches int, next time.Time)
 	// Now and After let tests drive the periodic clock.
 	Now func() time.Time
 }
@@ -70,6 +78,9 @@ func (s *Summary) OK() bool {
 // when everything launched has finished; ending ctx stops launching,
 // stops running tasks and tears their networks down first.
 func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*Summary, error) {
+	if job.IsParameterized() {
+		return nil, fmt.Errorf("job %q: %w", job.ID, ErrParameterized)
+	}
 	start := time.Now()
 	if o.Now == nil {
 		o.Now = time.Now
@@ -119,12 +130,19 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		return running
 	}
 
+	schedule := func(next time.Time) {
+		if o.OnSchedule != nil {
+			o.OnSchedule(sum.Launches, next)
+		}
+	}
 	if job.Periodic == nil || !job.Periodic.Enabled {
 		launch()
+		schedule(time.Time{})
 	} else {
 		var last *atomic.Int64
 		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
 			next := job.Periodic.Next(o.Now())
+			schedule(next)
 			if next.IsZero() {
 				break
 			}
@@ -145,6 +163,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			}
 			last = launch()
 		}
+		schedule(time.Time{})
 	}
 	wg.Wait()
 

@@ -8,7 +8,6 @@ package runner
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -143,6 +142,7 @@ type allocRun struct {
 	// the namespace outlives the workload.
 	lastExit time.Time
 	started  func(*store.Allocation)
+	lc       *lifecycle
 
 	mu sync.Mutex // guards alloc
 }
@@ -211,6 +211,14 @@ func (a *allocRun) save(ctx context.Context) {
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
 		a.event2(EventNotRecorded, err.Error())
+	}
+}
+
+// timingMS adds to phase a step attach timed in milliseconds; a step
+// that did not run (0) leaves the phase out of the allocation's timings.
+func (a *allocRun) timingMS(phase string, ms float64) {
+	if ms != 0 {
+		a.timing(phase, time.Duration(ms*float64(time.Millisecond)))
 	}
 }
 
@@ -331,14 +339,12 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	if err != nil {
 		return nil, fmt.Errorf("network setup: %w", err)
 	}
-	for k, v := range st.Timings {
-		switch k {
-		case "add", "netns":
-			a.timing(k, time.Duration(v*float64(time.Millisecond)))
-		default:
-			a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-		}
-	}
+	// The namespace and ADD are phases of their own; records and CHECK
+	// (and a heal's teardown) are berth's own work.
+	t := st.Timings
+	a.timingMS("netns", t.Netns)
+	a.timingMS("add", t.Add)
+	a.timingMS("berth", t.Record+t.Check+t.HealTeardown)
 	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
 	if g.Network.DNS != nil {
 		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
@@ -362,14 +368,9 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
 		tdErr = err
 		if rep != nil {
-			for k, v := range rep.Timings {
-				switch k {
-				case "del", "remove":
-					a.timing(k, time.Duration(v*float64(time.Millisecond)))
-				default:
-					a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-				}
-			}
+			a.timingMS("del", rep.Timings.Del)
+			a.timingMS("remove", rep.Timings.Remove)
+			a.timingMS("berth", rep.Timings.Record)
 			a.mu.Lock()
 			a.alloc.TeardownRetries += rep.Retries
 			if rep.Busy {
@@ -421,15 +422,16 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 
 // env builds the task's environment: its env block (interpolated) and the
 // NOMAD_* variables existing job files rely on (see taskEnv).
-func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]string) {
+func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]string, env map[string]string) {
 	j, g := a.job, a.group
 	vars = map[string]string{
 		"NOMAD_ALLOC_ID":       a.alloc.ID,
 		"NOMAD_SHORT_ALLOC_ID": a.alloc.ID[:8],
 		"NOMAD_ALLOC_NAME":     fmt.Sprintf("%s.%s[%d]", j.ID, g.Name, a.index),
 		"NOMAD_ALLOC_INDEX":    strconv.Itoa(a.index),
-		"NOMAD_ALLOC_DIR":      a.dir,
-		"NOMAD_TASK_DIR":       a.dir,
+		"NOMAD_ALLOC_DIR":      dirs.AllocDir,
+		"NOMAD_TASK_DIR":       dirs.TaskDir,
+		"NOMAD_SECRETS_DIR":    dirs.SecretsDir,
 		"NOMAD_JOB_ID":         j.ID,
 		"NOMAD_JOB_NAME":       j.ID,
 		"NOMAD_GROUP_NAME":     g.Name,
@@ -437,6 +439,9 @@ func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]
 		"NOMAD_NAMESPACE":      j.Namespace,
 		"NOMAD_REGION":         j.Region,
 		"NOMAD_DC":             a.r.o.Node["node.datacenter"],
+	}
+	if j.ParentID != "" {
+		vars["NOMAD_JOB_PARENT_ID"] = j.ParentID
 	}
 	for _, p := range a.ports {
 		l := p.Label
@@ -497,34 +502,10 @@ func interpolateConfig(v any, vars map[string]string) any {
 }
 
 // runTasks runs every task of the group, each with its restart policy,
-// until all have exited for good. When one fails for good the others are
-// stopped, as in Nomad.
+// in the order of their lifecycle hooks (runLifecycle), until all have
+// exited for good.
 func (a *allocRun) runTasks(ctx context.Context, netns string) error {
-	gctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(a.group.Tasks))
-	for i, t := range a.group.Tasks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.runTask(gctx, i, t, netns)
-			a.mu.Lock()
-			failed := a.alloc.Tasks[i].Failed
-			a.mu.Unlock()
-			if failed || t.Leader {
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		// Stopped by the operator (Ctrl-C, job stop, end of --for): as in
-		// Nomad, a stopped allocation is complete, not failed.
-		a.event2("Killed", "allocation stopped")
-		return nil
-	}
-	return errors.Join(errs...)
+	return a.runLifecycle(ctx, netns)
 }
 
 // runTask runs one task with its restart policy. It returns an error only
@@ -536,12 +517,18 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
 		return fmt.Errorf("task %q: %w", t.Name, err)
 	}
-	vars, env := a.env(t)
+	vars, env := a.env(t, a.taskPaths(drv, t))
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
 		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, KillTimeout: a.r.killTimeout(t.KillTimeout),
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+	}
+	if err := a.setupTask(ctx, t, dt, vars); err != nil {
+		// A fetch cut short by a stop is no failure of the task.
+		failed := ctx.Err() == nil
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
+		return err
 	}
 	pol := t.Restart
 	var restarts []time.Time
@@ -552,13 +539,17 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
 			return err
 		}
+		if a.overran(i) {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			return err
+		}
 		if err != nil {
 			// The driver could not start it: counts as a failure for the
 			// restart policy too.
 			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
 		success := err == nil && res.Successful()
-		if success && a.job.RunsToCompletion() {
+		if success && a.completes(t) {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
 		}
@@ -626,15 +617,10 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
 	})
 	a.save(ctx)
+	a.taskStarted(i)
 	fault.Point(fault.TaskRunning)
 
-	res, werr := h.Wait(ctx)
-	if ctx.Err() != nil {
-		sctx, cancel := cleanup.Context(ctx, dt.KillTimeout+30*time.Second)
-		_ = h.Stop(sctx, dt.KillTimeout)
-		res, werr = h.Wait(sctx)
-		cancel()
-	}
+	res, werr := a.await(ctx, i, h, dt)
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)

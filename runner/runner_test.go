@@ -61,6 +61,10 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewRawExec(execdrv.Options{}), nil },
 			Validate: execdrv.NewRawExec(execdrv.Options{}).ValidateConfig,
 		},
+		"exec": {
+			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewExec(execdrv.Options{}), nil },
+			Validate: execdrv.NewExec(execdrv.Options{}).ValidateConfig,
+		},
 		"podman": {
 			New: func(ctx context.Context) (driver.Driver, error) {
 				return podman.New(ctx, podman.Options{DataDir: dataDir})

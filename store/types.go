@@ -14,15 +14,9 @@ import (
 type Phase string
 
 const (
-	// PhaseIntent: recorded, nothing created yet (or the netns create is in flight).
+	// PhaseIntent: recorded before anything is created; it covers the
+	// namespace's creation and ADD, so a crash in either leaves this phase.
 	PhaseIntent Phase = "intent"
-	// PhaseNetnsCreated and PhaseAdding are not written by this berth (the
-	// intent covers the namespace and ADD); they are kept so that records of
-	// other versions read.
-	// PhaseNetnsCreated: the namespace exists; CNI ADD has not been sent.
-	PhaseNetnsCreated Phase = "netns-created"
-	// PhaseAdding: CNI ADD was sent; the plugin chain may have done part of its work.
-	PhaseAdding Phase = "adding"
 	// PhaseReady: ADD succeeded; the attachment is in use.
 	PhaseReady Phase = "ready"
 	// PhaseTearingDown: teardown started or failed and must be retried until it succeeds.

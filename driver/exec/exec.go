@@ -160,6 +160,11 @@ func (d *Driver) start(ctx context.Context, id string, t *driver.Task) (_ *handl
 				err = undo(ctx, err, cg.remove)
 			}
 		}()
+		if err := cg.setMemory(t.Resources); errors.Is(err, errNoMemoryController) {
+			d.log.Warn("task memory not limited", "task", id, "err", err)
+		} else if err != nil {
+			return nil, err
+		}
 	}
 
 	cmd, inUnified, err := d.spawn(t.NetnsPath, cg, l.command(stdout, stderr))
@@ -167,6 +172,7 @@ func (d *Driver) start(ctx context.Context, id string, t *driver.Task) (_ *handl
 		return nil, fmt.Errorf("command %s: %w", l.bin, err)
 	}
 	h, err := d.track(id, cmd, cg, inUnified)
+	h.killSignal = t.KillSignal
 	defer func() {
 		if err != nil {
 			err = undo(ctx, err, h.Destroy)
@@ -218,11 +224,17 @@ func prepare(t *driver.Task) (*launch, error) {
 			return nil, fmt.Errorf("config.work_dir %q: %w", tc.WorkDir, err)
 		}
 	}
-	bin, err := lookPath(tc.Command, pathEnv, tc.WorkDir)
+	dir := tc.WorkDir
+	if dir == "" && t.AllocDir != "" {
+		// Nomad's default working directory: the task dir, where a
+		// relative command ("local/tool") is found.
+		dir = driver.TaskDir(t.AllocDir, t.TaskName)
+	}
+	bin, err := lookPath(tc.Command, pathEnv, dir)
 	if err != nil {
 		return nil, err
 	}
-	return &launch{bin: bin, args: append([]string{tc.Command}, tc.Args...), env: buildEnv(t.Env), dir: tc.WorkDir}, nil
+	return &launch{bin: bin, args: append([]string{tc.Command}, tc.Args...), env: buildEnv(t.Env), dir: dir}, nil
 }
 
 // command returns a maker of the task's command writing to the given log

@@ -23,6 +23,8 @@ type handle struct {
 	startTime uint64
 	startedAt time.Time
 	cg        *cgroupSet
+	// killSignal is what Stop sends first; 0 means SIGTERM.
+	killSignal syscall.Signal
 
 	done   chan struct{} // closed once the leader is reaped and result set
 	result driver.ExitResult
@@ -144,16 +146,20 @@ func (h *handle) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Stop sends SIGTERM to the task's process group and cgroup, and SIGKILL
-// after timeout if the main process has not exited. It returns once the
-// main process is reaped (its leftovers are SIGKILLed then), or when ctx
-// ends.
+// Stop sends the kill signal (SIGTERM unless the task says otherwise) to
+// the task's process group and cgroup, and SIGKILL after timeout if the
+// main process has not exited. It returns once the main process is reaped
+// (its leftovers are SIGKILLed then), or when ctx ends.
 func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 	if h.exited() {
 		return nil
 	}
-	if err := h.signal(syscall.SIGTERM); err != nil {
-		h.drv.log.Warn("SIGTERM failed", "task", h.id, "err", err)
+	sig := h.killSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if err := h.signal(sig); err != nil {
+		h.drv.log.Warn("kill signal failed", "task", h.id, "signal", sig, "err", err)
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -164,7 +170,7 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("%s: stop task %s: %w", h.drv.name, h.id, ctx.Err())
 	case <-t.C:
 	}
-	h.drv.log.Debug("task ignored SIGTERM, killing", "task", h.id, "timeout", timeout)
+	h.drv.log.Debug("task ignored its kill signal, killing", "task", h.id, "signal", sig, "timeout", timeout)
 	if err := h.signal(syscall.SIGKILL); err != nil {
 		h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
 	}
