@@ -78,7 +78,7 @@ func writeConfig(t *testing.T, dir string, s scrapeSetup) string {
 	src := string(readFile(t, promConfig))
 	for _, r := range []struct{ old, new string }{
 		{`targets: ["127.0.0.1:4646"]`, fmt.Sprintf("targets: [%q]", s.target)},
-		{"credentials_file: /etc/berth/token", "credentials_file: " + s.tokenFile},
+		{"credentials_file: /etc/prometheus/berth-token", "credentials_file: " + s.tokenFile},
 		{"scrape_interval: 15s", "scrape_interval: " + s.interval},
 		{"evaluation_interval: 15s", "evaluation_interval: " + s.interval},
 	} {
@@ -617,7 +617,7 @@ func startAgent(t *testing.T, cfg agent.Config, logPath string) *agent.Agent {
 		}
 	})
 	select {
-	case <-a.Ready():
+	case <-a.Reconciled():
 	case err := <-errc:
 		t.Fatalf("agent stopped before it was ready: %v", err)
 	case <-time.After(2 * time.Minute):
