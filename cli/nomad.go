@@ -16,8 +16,9 @@ import (
 // agent. Unset flags fall back to the nomad CLI's environment (NOMAD_ADDR,
 // NOMAD_TOKEN, ...), as the nomad CLI does.
 type nomadFlags struct {
-	on  bool
-	cfg nomad.Config
+	on        bool
+	cfg       nomad.Config
+	tokenFile string
 }
 
 // register adds the flags; onFlag names the switch that turns Nomad on
@@ -27,7 +28,9 @@ func (nf *nomadFlags) register(f *pflag.FlagSet, onFlag, onHelp string) {
 		f.BoolVar(&nf.on, onFlag, false, onHelp)
 	}
 	f.StringVar(&nf.cfg.Address, "nomad-address", "", "address of this node's Nomad client agent (env "+nomad.EnvAddress+", default "+nomad.DefaultAddress+")")
-	f.StringVar(&nf.cfg.Token, "nomad-token", "", "Nomad ACL token: agent:read, node:read, read-job in every namespace (env "+nomad.EnvToken+")")
+	// A token on the command line is visible to every user (ps): it
+	// comes from the environment, as for the nomad CLI, or a file.
+	f.StringVar(&nf.tokenFile, "nomad-token-file", "", "file holding the Nomad ACL token (agent:read, node:read, read-job in every namespace); default: env "+nomad.EnvToken)
 	f.StringVar(&nf.cfg.Region, "nomad-region", "", "Nomad region (env "+nomad.EnvRegion+")")
 	f.StringVar(&nf.cfg.Namespace, "nomad-namespace", "", "Nomad namespace whose allocation events the agent follows (env "+nomad.EnvNamespace+", default \"*\": all); a node's allocations are listed in every namespace")
 	f.StringVar(&nf.cfg.CACert, "nomad-ca-cert", "", "CA certificate to verify Nomad's TLS certificate (env "+nomad.EnvCACert+")")
@@ -52,14 +55,26 @@ func (nf *nomadFlags) needSwitch(f *pflag.FlagSet, onFlag string) error {
 }
 
 // config is the environment with the flags given over it.
-func (nf *nomadFlags) config() nomad.Config {
-	return nomad.FromEnv(os.Getenv).Over(nf.cfg)
+func (nf *nomadFlags) config() (nomad.Config, error) {
+	c := nf.cfg
+	if nf.tokenFile != "" {
+		b, err := os.ReadFile(nf.tokenFile)
+		if err != nil {
+			return c, fmt.Errorf("--nomad-token-file: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	return nomad.FromEnv(os.Getenv).Over(c), nil
 }
 
 // connect is the Nomad owner for a one-shot collection: any failure means
 // nothing may be reclaimed.
 func (g *Globals) connectNomad(ctx context.Context, nf *nomadFlags) (*nomad.Owner, error) {
-	s, err := nf.config().Check()
+	c, err := nf.config()
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -72,5 +87,9 @@ func (g *Globals) connectNomad(ctx context.Context, nf *nomadFlags) (*nomad.Owne
 
 // nomadChecks are berth doctor's checks of the Nomad connection.
 func (g *Globals) nomadChecks(ctx context.Context, nf *nomadFlags) []doctor.Check {
-	return nomad.Check(ctx, nf.config())
+	c, err := nf.config()
+	if err != nil {
+		return []doctor.Check{{Name: "nomad/config", Status: doctor.StatusFail, Message: err.Error()}}
+	}
+	return nomad.Check(ctx, c)
 }
