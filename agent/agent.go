@@ -194,6 +194,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// (tens of thousands of allocations a killed agent left) answers at
 	// once, and says it is reconciling; jobs submitted meanwhile start
 	// once it is done.
+	// The stored jobs are known before the API answers (a client that
+	// asks right after a restart finds them); those that resume start
+	// once the reconcile is done (start waits for it).
+	a.resumeJobs(ctx)
 	mux := a.routes()
 	serveErr := make(chan error, 2)
 	us := a.server(mux)
@@ -250,9 +254,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // background is the agent's work beside the API: the reconcile at start
 // (tasks a killed agent left, half-made and pending teardowns, and with
-// gc_mode full host leftovers), then the jobs that resume, the allocation
-// directories no record knows, and the periodic gc until ctx ends. A
-// failed reconcile is sent on recErr (the agent shuts down).
+// gc_mode full host leftovers), then the allocation directories no
+// record knows, and the periodic gc until ctx ends. A failed reconcile is
+// sent on recErr (the agent shuts down).
 func (a *Agent) background(ctx context.Context, recErr chan<- error) {
 	_, err := a.collect(ctx, "start", api.GCRequest{}, false)
 	a.mu.Lock()
@@ -266,7 +270,6 @@ func (a *Agent) background(ctx context.Context, recErr chan<- error) {
 		return
 	}
 	a.log.Info("reconcile at start done")
-	a.resumeJobs(ctx)
 	a.node.SweepAllocDirs(ctx)
 	a.gcLoop(ctx)
 }

@@ -233,7 +233,7 @@ func (cfg *Config) check() (*settings, error) {
 	if cfg.Nomad != nil {
 		ns, err := nomad.FromEnv(os.Getenv).Over(*cfg.Nomad).Check()
 		if err != nil {
-			p.Add("nomad", "%v", err)
+			p.Addf("nomad: %v", err)
 		}
 		s.nomad = &ns
 	}

@@ -137,5 +137,6 @@ api {
 #   ca_cert      = ""
 #   client_cert  = ""
 #   client_key   = ""
+#   tls_server_name = ""
 #   grace_period = "1h"     # for what Nomad no longer knows
 # }
