@@ -46,6 +46,9 @@ type Config struct {
 	// Bridge is a pointer so that a file without a bridge block keeps the
 	// defaults (gohcl decodes a present block over them).
 	Bridge *Bridge `hcl:"bridge,block"`
+	// Client is the node's capacity and limits (a pointer for the same
+	// reason as Bridge).
+	Client *Client `hcl:"client,block"`
 }
 
 // Bridge is the network berth generates for `network { mode = "bridge" }`
@@ -70,6 +73,7 @@ func Default() Config {
 		LogLevel:     "info",
 		LogFormat:    "text",
 		Bridge:       &b,
+		Client:       defaultClient(),
 	}
 }
 
@@ -150,6 +154,7 @@ func (c *Config) Check(p *Problems) {
 	if _, err := c.RunnerBridge().ConfList(); err != nil {
 		p.Addf("%v", err)
 	}
+	c.checkClient(p)
 }
 
 type pathSetting struct {
