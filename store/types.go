@@ -82,6 +82,16 @@ type TaskHandle struct {
 	ContainerID   string `json:"container_id,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
 	CgroupPath    string `json:"cgroup_path,omitempty"`
+	// AllocID and Task name the task the handle is of; a driver checks
+	// them against what it finds before it re-attaches anything.
+	AllocID string `json:"alloc_id,omitempty"`
+	Task    string `json:"task,omitempty"`
+	// SupervisorPID and SupervisorStartTime are the raw_exec/exec task's
+	// supervisor (berth-supervisor), its parent, which outlives berth;
+	// StatusPath is where it writes the task's exit status.
+	SupervisorPID       int    `json:"supervisor_pid,omitempty"`
+	SupervisorStartTime uint64 `json:"supervisor_start_time,omitempty"`
+	StatusPath          string `json:"status_path,omitempty"`
 }
 
 // TaskState is one task of an allocation.
