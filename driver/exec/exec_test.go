@@ -418,7 +418,13 @@ func TestStartErrors(t *testing.T) {
 					t.Fatalf("Start: %v; want %q and errors.Is %v", err, tc.want, tc.isErr)
 				}
 				if after := countFDs(t); after != before {
-					t.Fatalf("open fds went from %d to %d", before, after)
+					ents, _ := os.ReadDir("/proc/self/fd")
+					var links []string
+					for _, e := range ents {
+						l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+						links = append(links, e.Name()+"="+l)
+					}
+					t.Fatalf("open fds went from %d to %d: %v", before, after, links)
 				}
 				assertNoCgroup(t, d, task)
 			})
@@ -851,7 +857,7 @@ func TestCleanupWrongStartTime(t *testing.T) {
 			// cgroup to go by: the PIDs may have been reused.
 			wrong := rec
 			wrong.PIDStartTime = tc.start
-			wrong.SupervisorStartTime = tc.start
+			wrong.SupervisorStartTime = rec.SupervisorStartTime + tc.start - rec.PIDStartTime
 			wrong.CgroupPath = ""
 			if err := d.Cleanup(ctxT(t), wrong); err != nil {
 				t.Fatalf("Cleanup: %v", err)

@@ -67,13 +67,15 @@ func (d *Driver) policy(tc *TaskConfig) []*ConfigError {
 	return out
 }
 
-// taskCaps is Nomad's rule: the default set (allow_caps' defaults, within
-// allow_caps), less cap_drop ("all": everything), plus cap_add ("all":
-// all of allow_caps).
-func (d *Driver) taskCaps(tc *TaskConfig) []int {
+// taskCaps is Nomad's rule for a root task: the default set (allow_caps'
+// defaults, within allow_caps), less cap_drop ("all": everything), plus
+// cap_add ("all": all of allow_caps). A task of another user has only what
+// cap_add names (as ambient capabilities): a default set would make
+// nobody root in all but name (dac_override reads every file).
+func (d *Driver) taskCaps(tc *TaskConfig, root bool) []int {
 	set := map[int]bool{}
 	for _, c := range DefaultAllowCaps {
-		if n := capabilities[c]; d.allowCaps[n] {
+		if n := capabilities[c]; d.allowCaps[n] && root {
 			set[n] = true
 		}
 	}
@@ -179,7 +181,7 @@ func (d *Driver) prepare(t *driver.Task) (*launch, error) {
 	l.root = l.taskDir
 	l.newPID = tc.PIDMode != "host"
 	l.newIPC = tc.IPCMode != "host"
-	l.setCaps, l.caps = true, d.taskCaps(&tc)
+	l.setCaps, l.caps = true, d.taskCaps(&tc, l.user == nil || l.user.uid == 0)
 	l.mounts = d.rootMounts(t.AllocDir)
 	l.limits = limitsOf(t.Resources)
 	for k, v := range map[string]string{"NOMAD_ALLOC_DIR": "/alloc", "NOMAD_TASK_DIR": "/local", "NOMAD_SECRETS_DIR": "/secrets"} {

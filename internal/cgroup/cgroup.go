@@ -207,7 +207,9 @@ func (c *Set) Procs() ([]int, error) {
 		p := filepath.Join(dir, "cgroup.procs")
 		b, err := os.ReadFile(p)
 		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
+			// ENODEV: the cgroup is being removed (by the task's
+			// supervisor, say), which is as good as gone.
+			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
 				errs = append(errs, fmt.Errorf("read %s: %w", p, err))
 			}
 			continue
