@@ -219,7 +219,7 @@ func assertGone(t testing.TB, d *Driver, h driver.Handle, netnsPath string) {
 func forget(h driver.Handle) {
 	hh := h.(*handle)
 	if hh.logs != nil {
-		_ = hh.logs.stop()
+		hh.logs.detach()
 	}
 	hh.conmon.Close()
 }
