@@ -196,7 +196,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		LockDir:  cfg.LockDir,
 		OwnerPID: os.Getpid(), OwnerStartTime: selfStart,
 	})
-	a.drivers = runner.StandardDrivers(runner.StandardOptions{PodmanSocket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: a.log})
+	a.drivers = runner.StandardDrivers(cfg.Tasks.driverOptions(runner.StandardOptions{PodmanSocket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: a.log}))
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

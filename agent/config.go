@@ -17,6 +17,7 @@ import (
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	execdrv "github.com/berth/berth/driver/exec"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -64,6 +65,38 @@ type Config struct {
 
 	Bridge *BridgeConfig `hcl:"bridge,block"`
 	API    *APIConfig    `hcl:"api,block"`
+	Tasks  *TasksConfig  `hcl:"tasks,block"`
+}
+
+// TasksConfig are the raw_exec and exec drivers' node settings: Nomad's
+// raw_exec "enabled", exec's allow_caps, the client's chroot_env and its
+// user.denylist and user.checked_drivers options.
+type TasksConfig struct {
+	RawExecEnabled bool `hcl:"raw_exec_enabled,optional"`
+	// UserDenylist are the users tasks of UserCheckedDrivers may not run
+	// as; a user with a denied user's UID is denied too (root-like).
+	UserDenylist       []string `hcl:"user_denylist,optional"`
+	UserCheckedDrivers []string `hcl:"user_checked_drivers,optional"`
+	// ChrootEnv maps host paths to paths in an exec task's root.
+	ChrootEnv map[string]string `hcl:"chroot_env,optional"`
+	// AllowCaps bounds an exec task's cap_add.
+	AllowCaps []string `hcl:"allow_caps,optional"`
+	// AllowHostPIDMode and AllowHostIPCMode let exec tasks ask for
+	// pid_mode/ipc_mode "host".
+	AllowHostPIDMode bool `hcl:"allow_host_pid_mode,optional"`
+	AllowHostIPCMode bool `hcl:"allow_host_ipc_mode,optional"`
+}
+
+// driverOptions is the runner's view of the tasks block.
+func (t *TasksConfig) driverOptions(o runner.StandardOptions) runner.StandardOptions {
+	o.Tasks.ChrootEnv = t.ChrootEnv
+	o.Tasks.AllowCaps = t.AllowCaps
+	o.Tasks.AllowHostPIDMode = t.AllowHostPIDMode
+	o.Tasks.AllowHostIPCMode = t.AllowHostIPCMode
+	o.Tasks.DeniedUsers = append([]string{}, t.UserDenylist...)
+	o.UserCheckedDrivers = append([]string{}, t.UserCheckedDrivers...)
+	o.DisableRawExec = !t.RawExecEnabled
+	return o
 }
 
 // BridgeConfig is the network of `network { mode = "bridge" }`.
@@ -104,6 +137,13 @@ func DefaultConfig() Config {
 		LogFormat:    "text",
 		Bridge:       &BridgeConfig{Network: b.Network, Iface: b.Bridge, Subnet: b.Subnet},
 		API:          &APIConfig{Socket: api.DefaultSocket},
+		Tasks: &TasksConfig{
+			RawExecEnabled:     true,
+			UserDenylist:       append([]string{}, execdrv.DefaultDeniedUsers...),
+			UserCheckedDrivers: []string{execdrv.NameExec},
+			ChrootEnv:          execdrv.DefaultChrootEnv(),
+			AllowCaps:          append([]string{}, execdrv.DefaultAllowCaps...),
+		},
 	}
 }
 
@@ -169,6 +209,14 @@ func (cfg *Config) check() (*settings, error) {
 	}
 	if cfg.API == nil {
 		cfg.API = DefaultConfig().API
+	}
+	if cfg.Tasks == nil {
+		cfg.Tasks = DefaultConfig().Tasks
+	}
+	for host, inRoot := range cfg.Tasks.ChrootEnv {
+		if !filepath.IsAbs(host) || !filepath.IsAbs(inRoot) {
+			bad("tasks.chroot_env %q = %q: both paths must be absolute", host, inRoot)
+		}
 	}
 	for name, p := range map[string]string{
 		"data_dir": cfg.DataDir, "netns_dir": cfg.NetnsDir, "lock_dir": cfg.LockDir,

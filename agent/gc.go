@@ -96,6 +96,10 @@ type unclosable struct{ driver.Driver }
 
 func (unclosable) Close(context.Context) error { return nil }
 
+// Unwrap is the lent driver, for the interfaces it has beyond
+// driver.Driver (driver.Sweeper).
+func (u unclosable) Unwrap() driver.Driver { return u.Driver }
+
 func (a *Agent) gcLoop(ctx context.Context) {
 	if a.set.gcInterval <= 0 {
 		return

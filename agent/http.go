@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
+	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 )
@@ -393,11 +394,17 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	path := filepath.Join(a.allocDir(), al.ID, task+"."+typ)
-	f, err := os.Open(path)
+	// The task can write its allocation dir: what is there by that name
+	// is opened only if it is a regular file of its own, no symlink
+	// followed (a task could plant one to /etc/shadow).
+	f, err := logfile.OpenBeneath(filepath.Join(a.allocDir(), al.ID), task+"."+typ, os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
+			return
+		}
+		if errors.Is(err, logfile.ErrUnsafe) {
+			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not a regular file (replaced by a link?): not served", typ, task, al.ID)
 			return
 		}
 		writeErr(w, err)

@@ -88,6 +88,7 @@ func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*job
 	job, err := jobspec.Parse(src, filename, jobspec.ParseOptions{
 		Node:    a.node,
 		Drivers: a.drivers.Validators(),
+		Users:   a.drivers.UserValidators(),
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(ctx, a.cfg.CNIConfigDir, name)
 			return err

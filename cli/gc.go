@@ -101,9 +101,10 @@ func (g *Globals) managerWithoutStore() *attach.Manager {
 // demand only: it may have to start a service.
 func (g *Globals) gcDrivers() (map[string]driver.Driver, func(context.Context, string) (driver.Driver, error)) {
 	log := g.Logger()
+	eo := execdrv.Options{Logger: log, StoreID: store.IDFor(g.DataDir)}
 	ds := map[string]driver.Driver{
-		execdrv.NameRawExec: execdrv.NewRawExec(execdrv.Options{Logger: log}),
-		execdrv.NameExec:    execdrv.NewExec(execdrv.Options{Logger: log}),
+		execdrv.NameRawExec: execdrv.NewRawExec(eo),
+		execdrv.NameExec:    execdrv.NewExec(eo),
 	}
 	open := func(ctx context.Context, name string) (driver.Driver, error) {
 		if name == podman.Name {

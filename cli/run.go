@@ -64,6 +64,7 @@ func (g *Globals) parseJobFile(path string, drivers *runner.Drivers, node jobspe
 	opts := jobspec.ParseOptions{
 		Node:    node,
 		Drivers: drivers.Validators(),
+		Users:   drivers.UserValidators(),
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(context.Background(), g.CNIConfigDir, name)
 			return err

@@ -143,19 +143,23 @@ type Driver interface {
 // (and Task, when known) say whose it is, read from the object itself
 // (labels, names, command lines), not from a record.
 type Leftover struct {
-	Driver  string `json:"driver"`
+	Driver string `json:"driver"`
+	// StoreID is the data dir's store the object is marked with.
+	StoreID string `json:"store_id"`
 	Kind    string `json:"kind"` // "container", "cgroup", "supervisor"
 	ID      string `json:"id"`   // container ID, cgroup path, "pid:start"
 	AllocID string `json:"alloc_id"`
 	Task    string `json:"task,omitempty"`
 }
 
-// Sweeper is a driver that can list what it made for this data dir's
-// tasks, so that garbage collection finds what no record describes (berth
-// killed between making a task and recording its handle).
+// Sweeper is a driver that can list what it made for a data dir's tasks
+// (by its store ID, store.IDFor), so that garbage collection finds what no
+// record describes (berth killed between making a task and recording its
+// handle).
 type Sweeper interface {
-	Leftovers(ctx context.Context) ([]Leftover, error)
-	// RemoveLeftover kills and removes one; gone already is not an error.
+	Leftovers(ctx context.Context, storeID string) ([]Leftover, error)
+	// RemoveLeftover kills and removes one, once it checked the object
+	// still carries l.StoreID; gone already is not an error.
 	RemoveLeftover(ctx context.Context, l Leftover) error
 }
 

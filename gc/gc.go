@@ -42,6 +42,7 @@ const (
 	KindLease      = "lease"       // a host-local lease of an unknown container ID
 	KindIptables   = "iptables"    // CNI rules and chains of an unknown ID
 	KindBridge     = "bridge"      // what a network keeps after its last attachment
+	// KindTask (gc/tasks.go): what a driver made for a task of a terminal or unknown allocation
 )
 
 // DefaultTidyIdle is how long a network berth used must have had no
@@ -222,6 +223,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.checkReboot(ctx)
 	r.replay(ctx)
+	r.sweepTasks(ctx)
 	if err := ctx.Err(); err != nil {
 		return r.finish(start), err
 	}
@@ -247,6 +249,7 @@ func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer r.closeDrivers(ctx)
 	r.replay(ctx)
+	r.sweepTasks(ctx)
 	if len(r.touched) > 0 {
 		r.tidy(ctx)
 	}

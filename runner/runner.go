@@ -422,8 +422,9 @@ func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]
 		"NOMAD_SHORT_ALLOC_ID": a.alloc.ID[:8],
 		"NOMAD_ALLOC_NAME":     fmt.Sprintf("%s.%s[%d]", j.ID, g.Name, a.index),
 		"NOMAD_ALLOC_INDEX":    strconv.Itoa(a.index),
-		"NOMAD_ALLOC_DIR":      a.dir,
-		"NOMAD_TASK_DIR":       a.dir,
+		"NOMAD_ALLOC_DIR":      driver.SharedDir(a.dir),
+		"NOMAD_TASK_DIR":       filepath.Join(driver.TaskDir(a.dir, t.Name), "local"),
+		"NOMAD_SECRETS_DIR":    filepath.Join(driver.TaskDir(a.dir, t.Name), "secrets"),
 		"NOMAD_JOB_ID":         j.ID,
 		"NOMAD_JOB_NAME":       j.ID,
 		"NOMAD_GROUP_NAME":     g.Name,
@@ -542,8 +543,11 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
-		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, KillTimeout: t.KillTimeout,
-		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, AllocDir: a.dir, KillTimeout: t.KillTimeout,
+		User:      t.User,
+		Resources: driver.Resources{CPU: t.Resources.CPU, MemoryMB: t.Resources.MemoryMB, MemoryMaxMB: t.Resources.MemoryMaxMB},
+		Logs:      driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
+		Labels:    map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
 	pol := t.Restart
 	var restarts []time.Time
@@ -623,13 +627,23 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 		a.setTask(i, func(ts *store.TaskState) { ts.State = "dead"; ts.ExitCode = -1 })
 		return nil, err
 	}
+	// Started, not yet recorded: what a crash here leaves is found by
+	// gc's task sweep (container labels, task cgroups, supervisors).
+	fault.Point(fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
 		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
 	})
 	a.save(ctx)
 	fault.Point(fault.TaskRunning)
+	return a.supervise(ctx, i, h, dt)
+}
 
+// supervise waits for a started (or re-attached) task, stops it when ctx
+// ends, destroys it and records how it ended: when it returns, the driver
+// holds nothing of the namespace. A berth that re-attached a task after a
+// restart (driver.Driver.Recover) resumes here.
+func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *driver.Task) (*driver.ExitResult, error) {
 	res, werr := h.Wait(ctx)
 	if ctx.Err() != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dt.KillTimeout+30*time.Second)

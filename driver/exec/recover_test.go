@@ -211,7 +211,7 @@ func TestLeftovers(t *testing.T) {
 	d := NewExec(Options{StoreID: testStore})
 	task := newTask(t, "", sh("sleep 1000"))
 	rec := startForgotten(t, d, task)
-	ls, err := d.Leftovers(ctxT(t))
+	ls, err := d.Leftovers(ctxT(t), testStore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestLeftovers(t *testing.T) {
 	if rec.CgroupPath != "" && !kinds[KindCgroup] || !kinds[KindSupervisor] {
 		t.Fatalf("leftovers %+v lack the task's cgroup or supervisor", ls)
 	}
-	if other, err := NewExec(Options{StoreID: testStore + "x"}).Leftovers(ctxT(t)); err != nil || len(other) != 0 {
+	if other, err := d.Leftovers(ctxT(t), testStore+"x"); err != nil || len(other) != 0 {
 		t.Fatalf("another data dir's driver lists %+v (%v)", other, err)
 	}
 	for _, l := range ls {

@@ -24,27 +24,30 @@ const (
 	KindSupervisor = "supervisor"
 )
 
-// Leftovers lists this data dir's task cgroups (named
+// Leftovers lists a data dir's task cgroups (named
 // <store>.<alloc>.<task>) and task supervisors (their command line names
 // the store, alloc and task). raw_exec and exec share both, so either
 // driver lists all of them.
-func (d *Driver) Leftovers(ctx context.Context) ([]driver.Leftover, error) {
+func (d *Driver) Leftovers(ctx context.Context, storeID string) ([]driver.Leftover, error) {
+	if storeID == "" || strings.ContainsAny(storeID, "./") {
+		return nil, fmt.Errorf("%s: leftovers of store %q: not a store ID", d.name, storeID)
+	}
 	var out []driver.Leftover
 	names, err := cgroup.Children(d.hierarchies(), d.cgroupParent)
-	prefix := d.storeID + "."
+	prefix := storeID + "."
 	for _, n := range names {
 		rest, ok := strings.CutPrefix(n, prefix)
 		if !ok {
 			continue
 		}
 		alloc, task, _ := strings.Cut(rest, ".")
-		out = append(out, driver.Leftover{Driver: d.name, Kind: KindCgroup, ID: filepath.Join(d.cgroupParent, n), AllocID: alloc, Task: task})
+		out = append(out, driver.Leftover{Driver: d.name, StoreID: storeID, Kind: KindCgroup, ID: filepath.Join(d.cgroupParent, n), AllocID: alloc, Task: task})
 	}
-	sups, serr := d.supervisors(ctx)
+	sups, serr := d.supervisors(ctx, storeID)
 	return append(out, sups...), errors.Join(err, serr)
 }
 
-func (d *Driver) supervisors(ctx context.Context) ([]driver.Leftover, error) {
+func (d *Driver) supervisors(ctx context.Context, want string) ([]driver.Leftover, error) {
 	des, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("list /proc: %w", err)
@@ -63,25 +66,25 @@ func (d *Driver) supervisors(ctx context.Context) ([]driver.Leftover, error) {
 			continue
 		}
 		storeID, alloc, task, ok := supervisor.Identity(cmdline)
-		if !ok || storeID != d.storeID {
+		if !ok || storeID != want {
 			continue
 		}
 		st, err := proc.ReadStat(pid)
 		if err != nil || st.Zombie() {
 			continue
 		}
-		out = append(out, driver.Leftover{Driver: d.name, Kind: KindSupervisor, ID: fmt.Sprintf("%d:%d", pid, st.StartTime), AllocID: alloc, Task: task})
+		out = append(out, driver.Leftover{Driver: d.name, StoreID: want, Kind: KindSupervisor, ID: fmt.Sprintf("%d:%d", pid, st.StartTime), AllocID: alloc, Task: task})
 	}
 	return out, nil
 }
 
 // RemoveLeftover kills everything in a task cgroup and removes it, or
 // kills a supervisor's task (its session) and then the supervisor. Only
-// this data dir's are touched.
+// what carries l.StoreID is touched.
 func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	switch l.Kind {
 	case KindCgroup:
-		if filepath.Dir(l.ID) != d.cgroupParent || !strings.HasPrefix(filepath.Base(l.ID), d.storeID+".") {
+		if l.StoreID == "" || filepath.Dir(l.ID) != d.cgroupParent || !strings.HasPrefix(filepath.Base(l.ID), l.StoreID+".") {
 			return fmt.Errorf("%s: cgroup %s is not a task cgroup of this data dir", d.name, l.ID)
 		}
 		if err := cgroup.At(d.hierarchies(), l.ID).Remove(ctx); err != nil {
@@ -98,7 +101,7 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 		sup, err := pidfd.Open(pid, func(pid int) bool {
 			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 			storeID, _, _, ok := supervisor.Identity(cmdline)
-			return err == nil && ok && storeID == d.storeID && proc.Alive(pid, start)
+			return err == nil && ok && storeID == l.StoreID && proc.Alive(pid, start)
 		})
 		if err != nil || sup == nil {
 			return err

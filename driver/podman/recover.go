@@ -65,22 +65,25 @@ func (d *Driver) Recover(ctx context.Context, th store.TaskHandle) (driver.Handl
 	return h, nil
 }
 
-// Leftovers lists the containers of this data dir (label berth.store),
+// Leftovers lists the containers of a data dir (label berth.store),
 // running or not.
-func (d *Driver) Leftovers(ctx context.Context) ([]driver.Leftover, error) {
-	l, err := d.c.listByLabel(ctx, LabelStore, d.storeID)
+func (d *Driver) Leftovers(ctx context.Context, storeID string) ([]driver.Leftover, error) {
+	if storeID == "" {
+		return nil, fmt.Errorf("podman: leftovers of an empty store ID")
+	}
+	l, err := d.c.listByLabel(ctx, LabelStore, storeID)
 	if err != nil {
 		return nil, fmt.Errorf("podman: list this data dir's containers: %w", err)
 	}
 	out := make([]driver.Leftover, 0, len(l))
 	for _, e := range l {
-		out = append(out, driver.Leftover{Driver: Name, Kind: "container", ID: e.ID, AllocID: e.Labels[LabelAllocID], Task: e.Labels[LabelTask]})
+		out = append(out, driver.Leftover{Driver: Name, StoreID: storeID, Kind: "container", ID: e.ID, AllocID: e.Labels[LabelAllocID], Task: e.Labels[LabelTask]})
 	}
 	return out, nil
 }
 
 // RemoveLeftover removes one of Leftovers' containers, once it has
-// checked that it is still this data dir's.
+// checked that it still carries l's store label.
 func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	st, err := d.c.inspect(ctx, l.ID)
 	if errors.Is(err, ErrNotFound) {
@@ -89,8 +92,8 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	if err != nil {
 		return fmt.Errorf("podman: inspect container %s: %w", l.ID, err)
 	}
-	if st.Config.Labels[LabelStore] != d.storeID {
-		return fmt.Errorf("podman: container %s is not this data dir's (store %q)", l.ID, st.Config.Labels[LabelStore])
+	if l.StoreID == "" || st.Config.Labels[LabelStore] != l.StoreID {
+		return fmt.Errorf("podman: container %s is store %q's, not %q's", l.ID, st.Config.Labels[LabelStore], l.StoreID)
 	}
 	name := strings.TrimPrefix(st.Name, "/")
 	if err := d.removeContainer(ctx, st.ID, name, nil); err != nil {

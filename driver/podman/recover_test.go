@@ -156,14 +156,14 @@ func TestLeftoversAndUser(t *testing.T) {
 	if is.Config.Labels[LabelStore] != store.IDFor(dataDir) || is.Config.Labels[LabelAllocID] != task.AllocID {
 		t.Fatalf("labels %v", is.Config.Labels)
 	}
-	ls, err := d.Leftovers(ctx60(t))
+	ls, err := d.Leftovers(ctx60(t), store.IDFor(dataDir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ls) != 1 || ls[0].ID != st.ContainerID || ls[0].AllocID != task.AllocID || ls[0].Task != task.TaskName {
 		t.Fatalf("Leftovers = %+v", ls)
 	}
-	if other, err := newDriver(t, t.TempDir()).Leftovers(ctx60(t)); err != nil || len(other) != 0 {
+	if other, err := d.Leftovers(ctx60(t), store.IDFor(t.TempDir())); err != nil || len(other) != 0 {
 		t.Fatalf("another data dir's Leftovers = %+v, %v", other, err)
 	}
 	if err := d.RemoveLeftover(ctx60(t), ls[0]); err != nil {
