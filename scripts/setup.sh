@@ -12,7 +12,7 @@
 #   - Debian's prometheus (promtool, and the server the metrics tests start
 #     on a port of their own), with its system service left stopped and
 #     disabled;
-#   - berth itself, built from this checkout (scripts/install.sh): the
+#   - berth itself and berth-supervisor, built from this checkout (scripts/install.sh): the
 #     binary in /usr/local/bin, bash and zsh completions, the systemd unit
 #     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
 set -euo pipefail

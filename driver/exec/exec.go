@@ -289,18 +289,17 @@ func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err erro
 	if strings.ContainsAny(t.TaskName, "/\x00") || t.TaskName == "." || t.TaskName == ".." {
 		return nil, fmt.Errorf("task name %q cannot name a file", t.TaskName)
 	}
-	l, err := d.prepare(t)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	// Everything from here blocks threads in system calls (stat, user
+	// lookups, cgroupfs, fork): at most MaxParallelStarts at once.
 	release, err := d.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	l, err := d.prepare(t)
+	if err != nil {
+		return nil, err
+	}
 
 	if err := l.makeDirs(); err != nil {
 		return nil, err
