@@ -92,7 +92,9 @@ func BenchmarkManyRunningTasks(b *testing.B) {
 	eo := execdrv.Options{StoreID: e.st.ID()}
 	drivers := runner.NewDrivers(map[string]runner.DriverFactory{
 		"raw_exec": {
-			New:      func(context.Context) (driver.Driver, error) { return counting{execdrv.NewRawExec(eo), &started, gate}, nil },
+			New: func(context.Context) (driver.Driver, error) {
+				return counting{execdrv.NewRawExec(eo), &started, gate}, nil
+			},
 			Validate: execdrv.NewRawExec(eo).ValidateConfig,
 		},
 	})
