@@ -243,3 +243,33 @@ func TestLeftovers(t *testing.T) {
 	})
 	reapZombie(rec.SupervisorPID)
 }
+
+// Issue 10 row 3: a running task costs berth no OS thread (its exit is
+// seen through its supervisor's pidfd on the poller). Before, each task
+// kept a thread blocked in waitid: 200 tasks were 200+ threads.
+func TestNoThreadPerTask(t *testing.T) {
+	requireRoot(t)
+	const n = 200
+	d := NewRawExec(Options{StoreID: testStore})
+	var hs []driver.Handle
+	t.Cleanup(func() {
+		for _, h := range hs {
+			_ = h.Destroy(context.Background())
+		}
+	})
+	for i := 0; i < n; i++ {
+		h, err := d.Start(ctxT(t), newTask(t, "", map[string]any{"command": "/bin/sleep", "args": []any{"1000"}}))
+		if err != nil {
+			t.Fatalf("Start #%d: %v", i, err)
+		}
+		hs = append(hs, h)
+	}
+	ts, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) > 40 {
+		t.Fatalf("%d tasks running, this process has %d OS threads", n, len(ts))
+	}
+	t.Logf("%d tasks running: %d OS threads", n, len(ts))
+}

@@ -64,7 +64,8 @@ api {
   # token_file  = "/etc/berth/token"
 }
 
-# The raw_exec and exec task drivers (Nomad's plugin settings and client options).
+# The raw_exec and exec task drivers (Nomad's plugin settings and client options);
+# these are settings of this file only, not flags yet.
 tasks {
   # raw_exec runs tasks unisolated, as root unless they name a user (as in Nomad,
   # where it is off by default); false refuses jobs that use it.
