@@ -176,10 +176,9 @@ func (s *supervisor) supervise() int {
 		cloneflags |= unix.CLONE_NEWIPC
 	}
 	pidfd := -1
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
-	}
+	// /proc/self/exe, not the path: it runs this very binary even after
+	// an upgrade replaced the file.
+	self := "/proc/self/exe"
 	// The init reads the same spec (fd 3) and reports a failed setup or
 	// exec on fd 4, which the exec closes.
 	pid, err := syscall.ForkExec(self, []string{Binary, "init"}, &syscall.ProcAttr{
