@@ -23,16 +23,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/keyed"
-	"github.com/berth/berth/internal/proc"
-	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/metrics"
-	"github.com/berth/berth/netns"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/ui"
 )
 
 // ErrAgentRunning: another agent answers on the API socket.
@@ -55,13 +52,12 @@ type Agent struct {
 	log     *slog.Logger
 	version string
 	banner  io.Writer
-	node    jobspec.NodeAttrs
 	ready   chan struct{}
+	uiPage  *ui.UI      // the status page
+	hist    *ui.History // what it plots: the last hour
 
 	// Set by Run before ready is closed, read-only afterwards.
-	st       *store.Store
-	m        *attach.Manager
-	drivers  *runner.Drivers
+	node     *node.Node
 	runner   *runner.Runner
 	met      *metrics.Metrics
 	started  time.Time
@@ -95,28 +91,13 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, set: set, log: logger, version: "dev",
-		node: jobspec.LocalNode(), ready: make(chan struct{}), jobs: map[string]*jobRun{},
+		ready: make(chan struct{}), jobs: map[string]*jobRun{},
 	}
 	for _, o := range opts {
 		o(a)
 	}
+	a.newUI()
 	return a, nil
-}
-
-// NewLogger builds the logger the configuration asks for, writing to w.
-func NewLogger(cfg Config, w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return nil, fmt.Errorf("%w: log_level %q: use debug, info, warn or error", ErrInvalidConfig, cfg.LogLevel)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch cfg.LogFormat {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("%w: log_format %q: use text or json", ErrInvalidConfig, cfg.LogFormat)
 }
 
 // Ready is closed once the agent reconciled and serves its API.
@@ -168,49 +149,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.tcpAddr = tl.Addr().String()
 	}
 
-	st, err := store.Open(ctx, cfg.DataDir, store.Options{Logger: a.log, Retention: cfg.Retention})
-	if err != nil {
-		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
-	}
-	a.st = st
-	defer func() {
-		if err := st.Close(); err != nil {
-			a.log.Error("closing the store", "path", st.Path(), "err", err)
-		}
-	}()
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.met = metrics.New(reg)
-	selfStart, err := proc.SelfStartTime()
+	n, err := node.New(cfg.Config, node.Options{Logger: a.log, Observer: a.met, Metrics: a.met, Retention: cfg.Retention})
 	if err != nil {
-		return fmt.Errorf("read this process's start time: %w", err)
+		return err
 	}
-	a.m = attach.New(attach.Options{
-		Netns:    netns.NewManager(cfg.NetnsDir),
-		CNI:      cni.NewClient(cni.Options{PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: a.log}),
-		ConfDir:  cfg.CNIConfigDir,
-		Store:    st,
-		Logger:   a.log,
-		Observer: a.met,
-		LockDir:  cfg.LockDir,
-		OwnerPID: os.Getpid(), OwnerStartTime: selfStart,
-	})
-	a.drivers = runner.StandardDrivers(cfg.Tasks.driverOptions(runner.StandardOptions{PodmanSocket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: a.log}))
+	if err := n.OpenStore(ctx); err != nil {
+		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
+	}
+	a.node = n
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := a.drivers.Close(cctx); err != nil {
-			a.log.Warn("closing drivers", "err", err)
+		if err := n.Close(ctx); err != nil {
+			a.log.Error("closing drivers and store", "err", err)
 		}
 	}()
-	a.runner = runner.New(runner.Options{
-		Attach: a.m, Store: st, Drivers: a.drivers,
-		AllocDir: a.allocDir(), Bridge: a.bridge(), Node: a.node,
-		Logger: a.log, Metrics: a.met,
-		OwnerPID: os.Getpid(), OwnerStartTime: selfStart,
-		KeepAllocDirs: cfg.Retention,
-	})
+	a.runner = n.Runner()
 	a.jobsCtx = context.WithoutCancel(ctx)
 
 	// Reconcile before anything new starts: tasks a killed agent left,
@@ -228,7 +183,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	servers := []*http.Server{us}
 	go func() { serveErr <- serve(us, ul, "unix:"+cfg.API.Socket) }()
 	if tl != nil {
-		ts := a.server(a.requireToken(mux))
+		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
 		servers = append(servers, ts)
 		go func() { serveErr <- serve(ts, tl, "tcp:"+a.tcpAddr) }()
 	}
@@ -259,7 +214,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-gcDone
 	a.drain()
 
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
 	defer cancel()
 	for _, s := range servers {
 		_ = s.Shutdown(sctx)
@@ -293,12 +248,6 @@ func (a *Agent) isDraining() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.draining
-}
-
-func (a *Agent) allocDir() string { return filepath.Join(a.cfg.DataDir, "alloc") }
-
-func (a *Agent) bridge() runner.BridgeConfig {
-	return runner.BridgeConfig{Network: a.cfg.Bridge.Network, Bridge: a.cfg.Bridge.Iface, Subnet: a.cfg.Bridge.Subnet}
 }
 
 func (a *Agent) server(h http.Handler) *http.Server {
@@ -335,11 +284,16 @@ func (a *Agent) printBanner() {
 	if podmanSock == "" {
 		podmanSock = filepath.Join(cfg.DataDir, "podman", "podman.sock") + " (started by berth when a task needs it)"
 	}
+	page := "/ui/ on the API socket (a browser reaches it through e.g. ssh -L 4646:" + a.unixAddr + " HOST)"
+	if a.tcpAddr != "" {
+		page = "http://" + a.tcpAddr + "/ui/ (sign in with the API token)"
+	}
 	lines := [][2]string{
 		{"Version", a.version},
 		{"API socket", "unix://" + a.unixAddr + " (mode 0600)"},
 		{"API TCP", tcp},
 		{"Metrics", "GET /metrics on the API"},
+		{"Status page", page},
 		{"Data dir", cfg.DataDir},
 		{"Netns dir", cfg.NetnsDir},
 		{"CNI config dir", cfg.CNIConfigDir},

@@ -211,6 +211,9 @@ func TestAPI(t *testing.T) {
 			{"empty body", "/v1/jobs", strings.NewReader(``), http.StatusBadRequest, "empty"},
 			{"empty job", "/v1/jobs", strings.NewReader(`{"job_hcl":"  "}`), http.StatusBadRequest, "job_hcl is empty"},
 			{"bad hcl", "/v1/jobs", strings.NewReader(`{"job_hcl":"job \"x\" {\n  tpye = \"batch\"\n}\n","filename":"x.hcl"}`), http.StatusBadRequest, "x.hcl:2:3: "},
+			// 100,000 levels of nesting overflowed the HCL parser's stack
+			// and killed the agent: refused before parsing, positioned.
+			{"nested too deeply", "/v1/jobs/plan", strings.NewReader(`{"job_hcl":"job \"x\" {\n config { x = ` + strings.Repeat("[", 100000) + `] }\n}\n","filename":"deep.hcl"}`), http.StatusBadRequest, "deep.hcl:2:"},
 			{"bad job id", "/v1/jobs", strings.NewReader(`{"job_hcl":"job \"a:b\" {\n group \"g\" {\n task \"t\" {\n driver = \"raw_exec\"\n config {\n command = \"/bin/true\"\n }\n }\n }\n}\n"}`), http.StatusBadRequest, "job ID"},
 			{"bad dry_run", "/v1/gc?dry_run=maybe", nil, http.StatusBadRequest, "dry_run"},
 		}

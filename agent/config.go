@@ -3,23 +3,14 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
-
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/cni"
-	execdrv "github.com/berth/berth/driver/exec"
-	"github.com/berth/berth/netns"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/store"
 )
 
@@ -38,112 +29,53 @@ const (
 	GCRecords = "records"
 )
 
-// Config is the agent's configuration, as read from its HCL file. Every
-// setting has a default that works on a machine prepared by
-// scripts/setup.sh; durations are Go duration strings ("5m").
+// Config is the agent's configuration, as read from its HCL file: the
+// node's settings (node.Config, shared with every berth command) and the
+// agent's own. Every setting has a default that works on a machine
+// prepared by scripts/setup.sh; durations are Go duration strings ("5m").
+// Tags are node.Settings': one name per setting, in the file and as a
+// flag.
 type Config struct {
-	DataDir      string   `hcl:"data_dir,optional"`
-	NetnsDir     string   `hcl:"netns_dir,optional"`
-	LockDir      string   `hcl:"lock_dir,optional"`
-	CNIConfigDir string   `hcl:"cni_config_dir,optional"`
-	CNIPath      []string `hcl:"cni_path,optional"`
-	CNICacheDir  string   `hcl:"cni_cache_dir,optional"`
-	PodmanSocket string   `hcl:"podman_socket,optional"`
+	node.Config
+
 	// GCInterval is how often garbage collection runs; "0" disables the
 	// periodic run (the reconcile at start always runs).
-	GCInterval string `hcl:"gc_interval,optional"`
+	GCInterval string `hcl:"gc_interval,optional" help:"how often garbage collection runs (0: only the reconcile at start)"`
 	// GCMode is GCFull or GCRecords.
-	GCMode string `hcl:"gc_mode,optional"`
+	GCMode string `hcl:"gc_mode,optional" help:"garbage collection scope: full (records and host sweep) or records (this data dir's records only)"`
 	// Retention is how many finished allocations (records and log
 	// directories) are kept per job.
-	Retention int `hcl:"retention,optional"`
+	Retention int `hcl:"retention,optional" help:"finished allocations (records and log dirs) kept per job"`
 	// StopTimeout bounds how long a job stop request waits for the job's
 	// tasks and networks to be gone before answering 202.
-	StopTimeout string `hcl:"stop_timeout,optional"`
-	LogLevel    string `hcl:"log_level,optional"`
-	LogFormat   string `hcl:"log_format,optional"`
+	StopTimeout string `hcl:"stop_timeout,optional" help:"how long a job stop request waits for tasks and networks to be gone"`
 
-	Bridge *BridgeConfig `hcl:"bridge,block"`
-	API    *APIConfig    `hcl:"api,block"`
-	Tasks  *TasksConfig  `hcl:"tasks,block"`
-}
-
-// TasksConfig are the raw_exec and exec drivers' node settings: Nomad's
-// raw_exec "enabled", exec's allow_caps, the client's chroot_env and its
-// user.denylist and user.checked_drivers options.
-type TasksConfig struct {
-	RawExecEnabled bool `hcl:"raw_exec_enabled,optional"`
-	// UserDenylist are the users tasks of UserCheckedDrivers may not run
-	// as; a user with a denied user's UID is denied too (root-like).
-	UserDenylist       []string `hcl:"user_denylist,optional"`
-	UserCheckedDrivers []string `hcl:"user_checked_drivers,optional"`
-	// ChrootEnv maps host paths to paths in an exec task's root.
-	ChrootEnv map[string]string `hcl:"chroot_env,optional"`
-	// AllowCaps bounds an exec task's cap_add.
-	AllowCaps []string `hcl:"allow_caps,optional"`
-	// AllowHostPIDMode and AllowHostIPCMode let exec tasks ask for
-	// pid_mode/ipc_mode "host".
-	AllowHostPIDMode bool `hcl:"allow_host_pid_mode,optional"`
-	AllowHostIPCMode bool `hcl:"allow_host_ipc_mode,optional"`
-}
-
-// driverOptions is the runner's view of the tasks block.
-func (t *TasksConfig) driverOptions(o runner.StandardOptions) runner.StandardOptions {
-	o.Tasks.ChrootEnv = t.ChrootEnv
-	o.Tasks.AllowCaps = t.AllowCaps
-	o.Tasks.AllowHostPIDMode = t.AllowHostPIDMode
-	o.Tasks.AllowHostIPCMode = t.AllowHostIPCMode
-	o.Tasks.DeniedUsers = append([]string{}, t.UserDenylist...)
-	o.UserCheckedDrivers = append([]string{}, t.UserCheckedDrivers...)
-	o.DisableRawExec = !t.RawExecEnabled
-	return o
-}
-
-// BridgeConfig is the network of `network { mode = "bridge" }`.
-type BridgeConfig struct {
-	Network string `hcl:"network,optional"`
-	Iface   string `hcl:"iface,optional"`
-	Subnet  string `hcl:"subnet,optional"`
+	API *APIConfig `hcl:"api,block"`
 }
 
 // APIConfig says where the HTTP API listens.
 type APIConfig struct {
 	// Socket is the unix socket (mode 0600).
-	Socket string `hcl:"socket,optional"`
+	Socket string `hcl:"socket,optional" alias:"socket" help:"API unix socket (mode 0600)"`
 	// TCPAddress, when set, also serves the API on TCP; every request
 	// there needs the bearer token.
-	TCPAddress string `hcl:"tcp_address,optional"`
-	Token      string `hcl:"token,optional"`
+	TCPAddress string `hcl:"tcp_address,optional" alias:"tcp-address" help:"also serve the API on this TCP address (host:port); needs a token"`
+	// Token has no flag: the command line shows in ps.
+	Token string `hcl:"token,optional" flag:"-"`
 	// TokenFile holds the token (surrounding white space is ignored);
 	// it wins over Token.
-	TokenFile string `hcl:"token_file,optional"`
+	TokenFile string `hcl:"token_file,optional" alias:"token-file" help:"file holding the bearer token the TCP API requires"`
 }
 
 // DefaultConfig is the configuration with every default filled in.
 func DefaultConfig() Config {
-	b := runner.DefaultBridge()
 	return Config{
-		DataDir:      "/var/lib/berth",
-		NetnsDir:     netns.DefaultDir,
-		LockDir:      attach.DefaultLockDir,
-		CNIConfigDir: cni.DefaultConfDir,
-		CNIPath:      cni.DefaultPluginPath(),
-		CNICacheDir:  cni.DefaultCacheDir,
-		GCInterval:   "5m",
-		GCMode:       GCFull,
-		Retention:    store.DefaultRetention,
-		StopTimeout:  "2m",
-		LogLevel:     "info",
-		LogFormat:    "text",
-		Bridge:       &BridgeConfig{Network: b.Network, Iface: b.Bridge, Subnet: b.Subnet},
-		API:          &APIConfig{Socket: api.DefaultSocket},
-		Tasks: &TasksConfig{
-			RawExecEnabled:     true,
-			UserDenylist:       append([]string{}, execdrv.DefaultDeniedUsers...),
-			UserCheckedDrivers: []string{execdrv.NameExec},
-			ChrootEnv:          execdrv.DefaultChrootEnv(),
-			AllowCaps:          append([]string{}, execdrv.DefaultAllowCaps...),
-		},
+		Config:      node.Default(),
+		GCInterval:  "5m",
+		GCMode:      GCFull,
+		Retention:   store.DefaultRetention,
+		StopTimeout: "2m",
+		API:         &APIConfig{Socket: api.DefaultSocket},
 	}
 }
 
@@ -160,35 +92,10 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig is LoadConfig on text; filename is used in positions.
 func ParseConfig(src []byte, filename string) (Config, error) {
 	cfg := DefaultConfig()
-	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
-	if !diags.HasErrors() {
-		// Blocks are pointers to the defaults: gohcl decodes a block that
-		// is present over them and leaves absent ones (and absent
-		// attributes) as they are.
-		diags = append(diags, gohcl.DecodeBody(f.Body, nil, &cfg)...)
-	}
-	if diags.HasErrors() {
-		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, diagString(diags))
+	if err := node.DecodeHCL(src, filename, &cfg.Config, &cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return cfg, nil
-}
-
-func diagString(diags hcl.Diagnostics) string {
-	var lines []string
-	for _, d := range diags {
-		if d.Severity != hcl.DiagError {
-			continue
-		}
-		s := d.Summary
-		if d.Detail != "" {
-			s += "; " + strings.Join(strings.Fields(d.Detail), " ")
-		}
-		if d.Subject != nil {
-			s = fmt.Sprintf("%s:%d:%d: %s", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, s)
-		}
-		lines = append(lines, s)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // settings is the configuration checked and converted.
@@ -196,84 +103,47 @@ type settings struct {
 	gcInterval  time.Duration
 	stopTimeout time.Duration
 	token       string
-	logLevel    slog.Level
 }
 
-// check validates cfg and resolves what needs resolving (the token file).
+// check validates cfg (the node's settings and the agent's) and resolves
+// what needs resolving (the token file).
 func (cfg *Config) check() (*settings, error) {
-	var errs []string
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	var p node.Problems
+	cfg.Config.Check(&p)
 	s := &settings{}
-	if cfg.Bridge == nil {
-		cfg.Bridge = DefaultConfig().Bridge
-	}
 	if cfg.API == nil {
 		cfg.API = DefaultConfig().API
 	}
-	if cfg.Tasks == nil {
-		cfg.Tasks = DefaultConfig().Tasks
-	}
-	for host, inRoot := range cfg.Tasks.ChrootEnv {
-		if !filepath.IsAbs(host) || !filepath.IsAbs(inRoot) {
-			bad("tasks.chroot_env %q = %q: both paths must be absolute", host, inRoot)
-		}
-	}
-	for name, p := range map[string]string{
-		"data_dir": cfg.DataDir, "netns_dir": cfg.NetnsDir, "lock_dir": cfg.LockDir,
-		"cni_config_dir": cfg.CNIConfigDir, "cni_cache_dir": cfg.CNICacheDir, "api.socket": cfg.API.Socket,
-	} {
-		if !filepath.IsAbs(p) {
-			bad("%s %q must be an absolute path", name, p)
-		}
-	}
-	if len(cfg.CNIPath) == 0 {
-		bad("cni_path must name at least one directory")
-	}
-	for _, p := range cfg.CNIPath {
-		if !filepath.IsAbs(p) {
-			bad("cni_path entry %q must be an absolute path", p)
-		}
-	}
-	if cfg.PodmanSocket != "" && !filepath.IsAbs(cfg.PodmanSocket) {
-		bad("podman_socket %q must be an absolute path", cfg.PodmanSocket)
+	if !filepath.IsAbs(cfg.API.Socket) {
+		p.Add("api.socket", "%q must be an absolute path", cfg.API.Socket)
 	}
 	// sun_path is 108 bytes with its NUL.
 	if len(cfg.API.Socket) > 107 {
-		bad("api.socket %q is longer than a unix socket path may be (107 bytes)", cfg.API.Socket)
+		p.Add("api.socket", "%q is longer than a unix socket path may be (107 bytes)", cfg.API.Socket)
 	}
 	var err error
 	if s.gcInterval, err = time.ParseDuration(cfg.GCInterval); err != nil || s.gcInterval < 0 {
-		bad("gc_interval %q: use a duration such as \"5m\", or \"0\" to disable periodic gc", cfg.GCInterval)
+		p.Add("gc_interval", "%q: use a duration such as \"5m\", or \"0\" to disable periodic gc", cfg.GCInterval)
 	}
 	if s.stopTimeout, err = time.ParseDuration(cfg.StopTimeout); err != nil || s.stopTimeout <= 0 {
-		bad("stop_timeout %q: use a positive duration such as \"2m\"", cfg.StopTimeout)
+		p.Add("stop_timeout", "%q: use a positive duration such as \"2m\"", cfg.StopTimeout)
 	}
 	if cfg.GCMode != GCFull && cfg.GCMode != GCRecords {
-		bad("gc_mode %q: use %q or %q", cfg.GCMode, GCFull, GCRecords)
+		p.Add("gc_mode", "%q: use %q or %q", cfg.GCMode, GCFull, GCRecords)
 	}
 	if cfg.Retention < 1 {
-		bad("retention %d: keep at least 1 finished allocation per job", cfg.Retention)
-	}
-	if err := s.logLevel.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		bad("log_level %q: use debug, info, warn or error", cfg.LogLevel)
-	}
-	if cfg.LogFormat != "text" && cfg.LogFormat != "json" {
-		bad("log_format %q: use text or json", cfg.LogFormat)
-	}
-	b := runner.BridgeConfig{Network: cfg.Bridge.Network, Bridge: cfg.Bridge.Iface, Subnet: cfg.Bridge.Subnet}
-	if _, err := b.ConfList(); err != nil {
-		bad("bridge: %v", err)
+		p.Add("retention", "%d: keep at least 1 finished allocation per job", cfg.Retention)
 	}
 	if cfg.API.TCPAddress != "" {
 		if _, _, err := net.SplitHostPort(cfg.API.TCPAddress); err != nil {
-			bad("api.tcp_address %q: use host:port, e.g. 127.0.0.1:4646", cfg.API.TCPAddress)
+			p.Add("api.tcp_address", "%q: use host:port, e.g. 127.0.0.1:4646", cfg.API.TCPAddress)
 		}
 		s.token = cfg.API.Token
 		tokenErr := false
 		if cfg.API.TokenFile != "" {
 			b, err := os.ReadFile(cfg.API.TokenFile)
 			if err != nil {
-				bad("api.token_file: %v", err)
+				p.Add("api.token_file", "%v", err)
 				tokenErr = true
 			}
 			s.token = strings.TrimSpace(string(b))
@@ -281,13 +151,13 @@ func (cfg *Config) check() (*settings, error) {
 		switch {
 		case tokenErr:
 		case s.token == "":
-			bad("api.tcp_address is set but no token is: set api.token or api.token_file (the TCP API is refused without one)")
+			p.Addf("api.tcp_address is set but no token is: set api.token or api.token_file (the TCP API is refused without one)")
 		case len(s.token) < 16:
-			bad("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
+			p.Addf("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))
+	if err := p.Err(ErrInvalidConfig); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/berth/berth/node"
 )
 
 // The example config must parse and equal the defaults: it documents them.
@@ -21,6 +23,22 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	}
 	if _, err := cfg.check(); err != nil {
 		t.Errorf("defaults do not pass the checks: %v", err)
+	}
+}
+
+// The example documents every setting, the node's and the agent's: each
+// is set in it, or shown commented out (the TCP API's need a token).
+func TestExampleConfigListsEverySetting(t *testing.T) {
+	src, err := os.ReadFile("../examples/agent/berth.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	for _, s := range append(node.Settings(&cfg.Config), node.Settings(&cfg)...) {
+		key := s.Path[strings.LastIndex(s.Path, ".")+1:]
+		if !regexp.MustCompile(`(?m)^\s*(# )?` + regexp.QuoteMeta(key) + `\s*=`).Match(src) {
+			t.Errorf("examples/agent/berth.hcl does not show %s", s.Path)
+		}
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/driver"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/store"
 )
@@ -20,22 +19,15 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 	dryRun := req.DryRun
 	a.gcMu.Lock()
 	defer a.gcMu.Unlock()
-	o := gc.Options{
-		Attach:          a.m,
-		Store:           a.st,
-		LockDir:         a.cfg.LockDir,
-		Drivers:         map[string]driver.Driver{},
-		OpenDriver:      a.sharedDriver,
-		DryRun:          dryRun,
-		IgnoreBackoff:   force,
-		TidyIdle:        tidyIdle(force),
-		ForeignPrefixes: req.ForeignPrefixes,
-		ForeignNetworks: req.ForeignNetworks,
-		Logger:          a.log.With("gc", why),
-	}
-	for name, d := range a.drivers.Made() {
-		o.Drivers[name] = unclosable{d}
-	}
+	// The agent's own drivers (its podman service) stop tasks of a dead
+	// agent.
+	o := a.node.GCOptions()
+	o.DryRun = dryRun
+	o.IgnoreBackoff = force
+	o.TidyIdle = tidyIdle(force)
+	o.ForeignPrefixes = req.ForeignPrefixes
+	o.ForeignNetworks = req.ForeignNetworks
+	o.Logger = a.log.With("gc", why)
 	var rep *gc.Report
 	var err error
 	if a.cfg.GCMode == GCRecords {
@@ -48,9 +40,11 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 			err = errors.New("gc returned no report")
 		}
 		a.met.GCRun(err, nil)
+		a.hist.RecordGC(time.Now(), why, nil, err)
 		return nil, err
 	}
 	out := wireGCReport(rep)
+	a.hist.RecordGC(time.Now(), why, out, err)
 	if !dryRun {
 		reclaimed := map[string]int{}
 		for _, it := range rep.Reclaimed {
@@ -81,25 +75,6 @@ func tidyIdle(asked bool) time.Duration {
 	return gc.DefaultTidyIdle
 }
 
-// sharedDriver lends gc the agent's own driver (its podman service) for
-// stopping tasks of a dead agent; gc closes what it opens, so the loan
-// cannot be closed.
-func (a *Agent) sharedDriver(ctx context.Context, name string) (driver.Driver, error) {
-	d, err := a.drivers.Get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return unclosable{d}, nil
-}
-
-type unclosable struct{ driver.Driver }
-
-func (unclosable) Close(context.Context) error { return nil }
-
-// Unwrap is the lent driver, for the interfaces it has beyond
-// driver.Driver (driver.Sweeper).
-func (u unclosable) Unwrap() driver.Driver { return u.Driver }
-
 func (a *Agent) gcLoop(ctx context.Context) {
 	if a.set.gcInterval <= 0 {
 		return
@@ -121,9 +96,9 @@ func (a *Agent) gcLoop(ctx context.Context) {
 // refreshGauges sets the gauges that are read from the store rather than
 // counted as things happen: allocations by status and pending teardowns.
 func (a *Agent) refreshGauges(ctx context.Context) {
-	if allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{}); err == nil {
+	if allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{}); err == nil {
 		by := map[string]int{}
-		for _, s := range []store.AllocStatus{store.AllocPending, store.AllocRunning, store.AllocComplete, store.AllocFailed, store.AllocLost} {
+		for _, s := range []store.AllocStatus{store.AllocPending, store.AllocRunning, store.AllocComplete, store.AllocFailed, store.AllocLost, store.AllocUnreadable} {
 			by[string(s)] = 0
 		}
 		for _, al := range allocs {
@@ -131,7 +106,7 @@ func (a *Agent) refreshGauges(ctx context.Context) {
 		}
 		a.met.SetAllocations(by)
 	}
-	if recs, err := a.st.ListAttachments(ctx); err == nil {
+	if recs, err := a.node.Store.ListAttachments(ctx); err == nil {
 		n := 0
 		for _, r := range recs {
 			if r.Phase == store.PhaseTearingDown {

@@ -21,6 +21,7 @@ import (
 	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/ui"
 )
 
 // route is one API endpoint.
@@ -41,6 +42,7 @@ func (a *Agent) routes() http.Handler {
 		{http.MethodPost, "/v1/jobs/plan", a.handlePlan},
 		{http.MethodGet, "/v1/job/{id}", a.handleJob},
 		{http.MethodDelete, "/v1/job/{id}", a.handleStop},
+		{http.MethodPost, "/v1/job/{id}/dispatch", a.handleDispatch},
 		{http.MethodGet, "/v1/allocations", a.handleAllocs},
 		{http.MethodGet, "/v1/allocation/{id}", a.handleAlloc},
 		{http.MethodGet, "/v1/allocation/{id}/logs/{task}", a.handleLogs},
@@ -65,6 +67,8 @@ func (a *Agent) routes() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s; allowed: %s", r.Method, p, allow)
 		})))
 	}
+	// The status page (package ui); on TCP, Run puts it behind its gate.
+	mux.Handle(ui.Prefix, a.met.InstrumentHandler(ui.Prefix, a.logRequests(ui.Prefix, a.uiPage.Handler())))
 	mux.Handle("/", a.met.InstrumentHandler("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no API route %s %s", r.Method, r.URL.Path)
 	})))
@@ -75,15 +79,13 @@ func (a *Agent) routes() http.Handler {
 // bearer token. The comparison is of SHA-256 digests in constant time, so
 // neither the token's content nor its length leaks through timing.
 func (a *Agent) requireToken(next http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(a.set.token))
 	reject := a.met.InstrumentHandler("unauthorized", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 		writeError(w, http.StatusUnauthorized, "missing or invalid bearer token")
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if !ok || !a.tokenOK(got) {
 			reason := "invalid token"
 			if !ok {
 				reason = "no bearer token"
@@ -94,6 +96,14 @@ func (a *Agent) requireToken(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tokenOK reports whether got (surrounding white space ignored) is the
+// API's token. The comparison is of SHA-256 digests in constant time.
+func (a *Agent) tokenOK(got string) bool {
+	want := sha256.Sum256([]byte(a.set.token))
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(sum[:], want[:]) == 1
 }
 
 type statusRecorder struct {
@@ -142,7 +152,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &diags):
 		writeJSON(w, http.StatusBadRequest, api.ErrorResponse{Error: diags.Error(), Diagnostics: wireDiagnostics(diags)})
-	case errors.Is(err, ErrInvalidName), errors.Is(err, errBadRequest):
+	case errors.Is(err, ErrInvalidName), errors.Is(err, errBadRequest), errors.Is(err, jobspec.ErrDispatch):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, ErrJobNotFound), errors.Is(err, store.ErrNotFound), errors.Is(err, os.ErrNotExist):
 		writeError(w, http.StatusNotFound, "%v", err)
@@ -199,18 +209,26 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
-	by, _, err := a.allocCounts(r.Context(), "")
+	self, err := a.self(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, self)
+}
+
+func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {
+	by, _, err := a.allocCounts(ctx, "")
+	if err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	draining, last := a.draining, a.lastGC
 	a.mu.Unlock()
-	writeJSON(w, http.StatusOK, api.AgentSelf{
+	return &api.AgentSelf{
 		Version: a.version, PID: os.Getpid(), StartedAt: a.started, Draining: draining,
 		Config: a.cfg.summary(a.tcpAddr), Jobs: a.jobCounts(), Allocations: by, LastGC: last,
-	})
+	}, nil
 }
 
 // submitRequest decodes and checks a job submission body.
@@ -230,6 +248,10 @@ func submitRequest(w http.ResponseWriter, r *http.Request) (api.JobSubmitRequest
 	req.Filename = filepath.Base(req.Filename)
 	if len(req.Filename) > 255 || strings.IndexFunc(req.Filename, func(c rune) bool { return c < 0x20 || c == 0x7f }) >= 0 {
 		writeError(w, http.StatusBadRequest, "filename %q: use a plain file name", req.Filename)
+		return req, false
+	}
+	if err := checkVarFiles(&req); err != nil {
+		writeErr(w, err)
 		return req, false
 	}
 	return req, true
@@ -295,12 +317,12 @@ func (a *Agent) handleStop(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleAllocs(w http.ResponseWriter, r *http.Request) {
 	job := r.URL.Query().Get("job")
 	if job != "" {
-		if err := validName("job ID", job); err != nil {
+		if err := validJobID(job); err != nil {
 			writeErr(w, err)
 			return
 		}
 	}
-	allocs, err := a.st.ListAllocations(r.Context(), store.AllocFilter{JobID: job})
+	allocs, err := a.node.Store.ListAllocations(r.Context(), store.AllocFilter{JobID: job})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -316,11 +338,11 @@ func (a *Agent) findAlloc(ctx context.Context, id string) (*store.Allocation, er
 	if !allocIDRE.MatchString(id) {
 		return nil, fmt.Errorf("%w: allocation ID %q: use the ID (a UUID) or a prefix of it", ErrInvalidName, id)
 	}
-	al, err := a.st.GetAllocation(ctx, id)
+	al, err := a.node.Store.GetAllocation(ctx, id)
 	if err == nil || !errors.Is(err, store.ErrNotFound) || len(id) == 36 {
 		return al, err
 	}
-	all, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	all, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +419,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	// The task can write its allocation dir: what is there by that name
 	// is opened only if it is a regular file of its own, no symlink
 	// followed (a task could plant one to /etc/shadow).
-	f, err := logfile.OpenBeneath(filepath.Join(a.allocDir(), al.ID), task+"."+typ, os.O_RDONLY, 0)
+	f, err := logfile.OpenBeneath(filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ, os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
@@ -426,7 +448,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {
-	list, err := attach.ListNamespaces(r.Context(), a.m)
+	list, err := attach.ListNamespaces(r.Context(), a.node.Attach)
 	if err != nil {
 		writeErr(w, err)
 		return

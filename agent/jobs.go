@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/cni"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -56,6 +55,13 @@ type jobRecord struct {
 	Status      string     `json:"status"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	// The variables it was submitted with, to parse it again alike.
+	jobVars
+	// A dispatched child keeps its parent's source and variables, and
+	// its dispatch: the parent's ID, the meta and payload.
+	ParentID string            `json:"parent_id,omitempty"`
+	Meta     map[string]string `json:"dispatch_meta,omitempty"`
+	Payload  []byte            `json:"dispatch_payload,omitempty"`
 }
 
 // jobRun is a job the agent knows, running or not. Fields are guarded by
@@ -73,6 +79,8 @@ type jobRun struct {
 
 func (jr *jobRun) status() string {
 	switch {
+	case jr.cancel == nil && jr.rec.Status == api.JobRegistered:
+		return api.JobRegistered
 	case jr.cancel == nil:
 		return api.JobDead
 	case jr.stopping || jr.replacing:
@@ -84,21 +92,15 @@ func (jr *jobRun) status() string {
 // parseJob validates a job against this node, its drivers and CNI networks,
 // exactly as `berth run` does, and refuses it when this node does not meet
 // its constraints, datacenters or node pool.
-func (a *Agent) parseJob(ctx context.Context, src []byte, filename string) (*jobspec.Job, error) {
-	job, err := jobspec.Parse(src, filename, jobspec.ParseOptions{
-		Node:    a.node,
-		Drivers: a.drivers.Validators(),
-		Users:   a.drivers.UserValidators(),
-		Network: func(name string) error {
-			_, err := cni.LoadNetwork(ctx, a.cfg.CNIConfigDir, name)
-			return err
-		},
-	})
+func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v jobVars) (*jobspec.Job, error) {
+	opts := a.node.ParseOptions(ctx)
+	v.apply(&opts)
+	job, err := jobspec.Parse(src, filename, opts)
 	if err != nil {
 		return nil, err
 	}
 	var pe *jobspec.PlacementError
-	if err := job.Placement(a.node); errors.As(err, &pe) {
+	if err := job.Placement(opts.Node); errors.As(err, &pe) {
 		return nil, jobspec.Diagnostics{pe.Diagnostic()}
 	}
 	return job, nil
@@ -128,7 +130,7 @@ func resumes(j *jobspec.Job) bool {
 
 // resumeJobs loads the stored jobs and starts those that resume.
 func (a *Agent) resumeJobs(ctx context.Context) {
-	recs, err := a.st.ListJobs(ctx)
+	recs, err := a.node.Store.ListJobs(ctx)
 	if err != nil {
 		a.log.Error("cannot read the stored jobs; none resumed", "err", err)
 		return
@@ -141,7 +143,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		}
 		log := a.log.With("job", rec.ID)
 		jr := &jobRun{rec: rec}
-		job, perr := a.parseJob(ctx, []byte(rec.Source), rec.Filename)
+		job, perr := a.parseRecord(ctx, rec)
 		jr.job = job
 		if rec.Status == api.JobRunning {
 			switch {
@@ -172,7 +174,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 func (a *Agent) putJob(ctx context.Context, rec jobRecord) {
 	b, err := json.Marshal(rec)
 	if err == nil {
-		err = a.st.PutJob(context.WithoutCancel(ctx), rec.ID, b)
+		err = a.node.Store.PutJob(context.WithoutCancel(ctx), rec.ID, b)
 	}
 	if err != nil {
 		a.log.Error("could not record job", "job", rec.ID, "err", err)
@@ -214,6 +216,7 @@ func (a *Agent) start(jr *jobRun) error {
 // allocDone logs an allocation's end with everything an operator greps
 // for: alloc_id, job, netns and network.
 func (a *Agent) allocDone(log *slog.Logger, al *store.Allocation) {
+	a.recordAlloc(al)
 	attrs := []any{"alloc_id", al.ID, "group", al.Group, "status", al.Status}
 	if n := al.Network; n != nil {
 		attrs = append(attrs, "netns", n.NetnsPath, "network", n.Network, "ipv4", strings.Join(n.IPv4, ","))
@@ -275,7 +278,7 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	}
 	a.mu.Unlock()
 	if del {
-		if err := a.st.DeleteJob(ctx, jr.rec.ID); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, jr.rec.ID); err != nil {
 			log.Error("could not delete stopped job", "err", err)
 		}
 	}
@@ -287,7 +290,8 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 // submit parses and starts a job, replacing a running one with the same
 // ID (stopped first, its networks torn down).
 func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	vars := varsOf(req)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, vars)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +303,7 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	if a.isDraining() {
 		return nil, ErrDraining
 	}
-	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5), Parameterized: job.IsParameterized()}
 
 	a.mu.Lock()
 	old := a.jobs[job.ID]
@@ -323,17 +327,25 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 
 	jr := &jobRun{job: job, rec: jobRecord{
 		ID: job.ID, Source: req.JobHCL, Filename: req.Filename, SubmittedAt: time.Now().UTC(), Status: api.JobRunning,
+		jobVars: vars,
 	}}
+	if job.IsParameterized() {
+		// Kept, never run: each dispatch runs a child job.
+		jr.rec.Status = api.JobRegistered
+	}
 	b, err := json.Marshal(jr.rec)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
 	}
-	if err := a.st.PutJob(ctx, job.ID, b); err != nil {
+	if err := a.node.Store.PutJob(ctx, job.ID, b); err != nil {
 		return nil, fmt.Errorf("job %s: %w", job.ID, err)
 	}
 	a.mu.Lock()
 	a.jobs[job.ID] = jr
 	a.mu.Unlock()
+	if jr.rec.Status == api.JobRegistered {
+		return resp, nil
+	}
 	if err := a.start(jr); err != nil {
 		// Recorded as running: it starts with the next agent.
 		return nil, err
@@ -357,7 +369,7 @@ func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
 
 // plan parses a job and says what submitting it would do.
 func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +389,7 @@ func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPla
 // to be gone up to stop_timeout; stopped is false if it gave up waiting
 // (the job goes on stopping and is forgotten when done).
 func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, error) {
-	if err := validName("job ID", id); err != nil {
+	if err := validJobID(id); err != nil {
 		return nil, err
 	}
 	unlock := a.keys.Lock(id)
@@ -393,7 +405,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		delete(a.jobs, id)
 		sum := jr.summary
 		a.mu.Unlock()
-		if err := a.st.DeleteJob(ctx, id); err != nil {
+		if err := a.node.Store.DeleteJob(ctx, id); err != nil {
 			return nil, err
 		}
 		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
@@ -415,7 +427,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 }
 
 func (a *Agent) allocCounts(ctx context.Context, job string) (map[string]int, []*store.Allocation, error) {
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: job})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -432,8 +444,9 @@ func stubLocked(jr *jobRun) api.JobStub {
 		ID: jr.rec.ID, Status: jr.status(), SubmittedAt: jr.rec.SubmittedAt,
 		FinishedAt: jr.rec.FinishedAt, Error: jr.rec.Error,
 	}
+	s.ParentID = jr.rec.ParentID
 	if j := jr.job; j != nil {
-		s.Type, s.Namespace = j.Type, j.Namespace
+		s.Type, s.Namespace, s.Parameterized = j.Type, j.Namespace, j.IsParameterized()
 		if j.Periodic != nil {
 			s.Periodic = j.Periodic.Crons
 			if s.Status == api.JobRunning && j.Periodic.Enabled {
@@ -454,7 +467,7 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 		stubs = append(stubs, stubLocked(jr))
 	}
 	a.mu.Unlock()
-	allocs, err := a.st.ListAllocations(ctx, store.AllocFilter{})
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +490,7 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 
 // jobStatus is a job's summary, its spec and its allocations.
 func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error) {
-	if err := validName("job ID", id); err != nil {
+	if err := validJobID(id); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/node"
 )
 
 // berthBin is the berth binary TestMain builds for the tests that signal
@@ -93,7 +94,7 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 	cfg.GCInterval = "0"
 	cfg.StopTimeout = "3m"
 	cfg.LogLevel = "debug"
-	cfg.Bridge = &BridgeConfig{Network: "btag-br-" + testenv.RandSuffix(6), Iface: "btag" + testenv.RandSuffix(6), Subnet: "10.199.89.0/24"}
+	cfg.Bridge = &node.Bridge{Network: "btag-br-" + testenv.RandSuffix(6), Iface: "btag" + testenv.RandSuffix(6), Subnet: "10.199.89.0/24"}
 	cfg.API = &APIConfig{Socket: filepath.Join(dir, "b.sock")}
 	return &testEnv{cfg: cfg, net: n, dir: dir}
 }

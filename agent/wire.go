@@ -152,6 +152,10 @@ func WireNamespaces(list []attach.NetEntry) []api.NetnsEntry {
 
 // WireSummary is the API's form of a job run's summary; `berth run`
 // prints its own run through it too. nil stays nil.
+// WireAllocation is an allocation in the API's form, for the CLI's own
+// output (`berth run --json`).
+func WireAllocation(a *store.Allocation) *api.Allocation { return wireAlloc(a) }
+
 func WireSummary(s *runner.Summary) *api.JobSummary {
 	if s == nil {
 		return nil
@@ -231,6 +235,10 @@ func wireJob(j *jobspec.Job) *api.Job {
 			Enabled: p.Enabled, Pos: wirePos(p.Pos),
 		}
 	}
+	if p := j.Parameterized; p != nil {
+		out.Parameterized = &api.Parameterized{Payload: p.Payload, MetaRequired: slices.Clone(p.MetaRequired), MetaOptional: slices.Clone(p.MetaOptional)}
+	}
+	out.ParentID = j.ParentID
 	if j.Groups != nil {
 		out.Groups = make([]*api.Group, 0, len(j.Groups))
 	}
@@ -279,8 +287,17 @@ func wireGroup(g *jobspec.Group) *api.Group {
 			Resources: api.Resources{CPU: t.Resources.CPU, Cores: t.Resources.Cores, MemoryMB: t.Resources.MemoryMB, MemoryMaxMB: t.Resources.MemoryMaxMB},
 			Meta:      maps.Clone(t.Meta), Leader: t.Leader, User: t.User, Restart: wireRestart(t.Restart),
 			Constraints: wireConstraints(t.Constraints),
-			Pos:         wirePos(t.Pos), ConfigPos: wirePos(t.ConfigPos), DriverPos: wirePos(t.DriverPos),
+			Lifecycle:   wireLifecycle(t.Lifecycle), KillSignal: t.KillSignal,
+			ShutdownDelay: api.Duration(t.ShutdownDelay), MaxRunDuration: api.Duration(t.MaxRunDuration),
+			Pos: wirePos(t.Pos), ConfigPos: wirePos(t.ConfigPos), DriverPos: wirePos(t.DriverPos),
 		})
 	}
 	return out
+}
+
+func wireLifecycle(l *jobspec.Lifecycle) *api.Lifecycle {
+	if l == nil || l.Hook == "" {
+		return nil
+	}
+	return &api.Lifecycle{Hook: l.Hook, Sidecar: l.Sidecar}
 }

@@ -184,16 +184,33 @@ func (c *Client) Self(ctx context.Context) (*AgentSelf, error) {
 
 // SubmitJob submits a job file's text; filename is used in error positions.
 func (c *Client) SubmitJob(ctx context.Context, src []byte, filename string) (*JobSubmitResponse, error) {
+	return c.Submit(ctx, JobSubmitRequest{JobHCL: string(src), Filename: filename})
+}
+
+// Submit submits a job with its variables.
+func (c *Client) Submit(ctx context.Context, req JobSubmitRequest) (*JobSubmitResponse, error) {
 	var r JobSubmitResponse
-	_, err := c.call(ctx, http.MethodPost, "/v1/jobs", JobSubmitRequest{JobHCL: string(src), Filename: filename}, &r)
+	_, err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &r)
 	return &r, err
 }
 
 // PlanJob parses a job file and says what submitting it would do, without
 // doing it.
 func (c *Client) PlanJob(ctx context.Context, src []byte, filename string) (*JobPlanResponse, error) {
+	return c.Plan(ctx, JobSubmitRequest{JobHCL: string(src), Filename: filename})
+}
+
+// Plan is PlanJob for a job with its variables.
+func (c *Client) Plan(ctx context.Context, req JobSubmitRequest) (*JobPlanResponse, error) {
 	var r JobPlanResponse
-	_, err := c.call(ctx, http.MethodPost, "/v1/jobs/plan", JobSubmitRequest{JobHCL: string(src), Filename: filename}, &r)
+	_, err := c.call(ctx, http.MethodPost, "/v1/jobs/plan", req, &r)
+	return &r, err
+}
+
+// DispatchJob dispatches the parameterized job id with meta and payload.
+func (c *Client) DispatchJob(ctx context.Context, id string, req JobDispatchRequest) (*JobDispatchResponse, error) {
+	var r JobDispatchResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/job/"+url.PathEscape(id)+"/dispatch", req, &r)
 	return &r, err
 }
 

@@ -17,6 +17,7 @@
 //	POST   /v1/jobs/plan                     JobSubmitRequest -> JobPlanResponse
 //	GET    /v1/job/{id}                      JobStatus
 //	DELETE /v1/job/{id}                      JobStopResponse (202 while still stopping)
+//	POST   /v1/job/{id}/dispatch             JobDispatchRequest -> JobDispatchResponse
 //	GET    /v1/allocations[?job=ID]          []AllocStub, newest first
 //	GET    /v1/allocation/{id}               Allocation (an ID prefix is accepted)
 //	GET    /v1/allocation/{id}/logs/{task}   text; ?type=stdout|stderr, ?tail=BYTES
@@ -136,6 +137,40 @@ type JobSubmitRequest struct {
 	// Filename is used in diagnostics' positions (its base name only);
 	// "job.nomad.hcl" when empty.
 	Filename string `json:"filename,omitempty"`
+	// The job variables, as `nomad job run` takes them, weakest first:
+	// EnvVars are the submitter's NOMAD_VAR_<name>=VALUE environment
+	// entries (the agent never reads its own environment for them);
+	// VarFiles are -var-file contents, in order; Vars are -var
+	// NAME=VALUE arguments, in order (a later one wins). The agent keeps
+	// them with the job, to parse it again after a restart.
+	EnvVars  []string  `json:"env_vars,omitempty"`
+	VarFiles []VarFile `json:"var_files,omitempty"`
+	Vars     []string  `json:"vars,omitempty"`
+}
+
+// VarFile is one -var-file: Name (its base name) says its format, JSON
+// when it ends in ".json", HCL otherwise, and is used in positions.
+type VarFile struct {
+	Name    string `json:"name"`
+	Content string `json:"content"`
+}
+
+// JobDispatchRequest is the body of POST /v1/job/{id}/dispatch: the meta
+// and payload of one dispatch of a parameterized job, checked against its
+// parameterized block (meta_required, meta_optional, payload).
+type JobDispatchRequest struct {
+	Meta map[string]string `json:"meta,omitempty"`
+	// Payload is base64 in JSON, as in Nomad's API; at most 16 KiB.
+	Payload []byte `json:"payload,omitempty"`
+}
+
+// JobDispatchResponse answers POST /v1/job/{id}/dispatch: the child job
+// that runs the dispatch, with its own ID ("<parent>/dispatch-<unix
+// seconds>-<8 hex digits>", as Nomad's); follow it with GET
+// /v1/job/{dispatched_job_id} (the ID path-escaped).
+type JobDispatchResponse struct {
+	DispatchedJobID string `json:"dispatched_job_id"`
+	ParentJobID     string `json:"parent_job_id"`
 }
 
 // JobSubmitResponse answers POST /v1/jobs.
@@ -149,6 +184,9 @@ type JobSubmitResponse struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// NextLaunches are a periodic job's next five launch times.
 	NextLaunches []time.Time `json:"next_launches,omitempty"`
+	// Parameterized: the job is registered and runs only when dispatched
+	// (POST /v1/job/{id}/dispatch).
+	Parameterized bool `json:"parameterized,omitempty"`
 }
 
 // JobPlanResponse answers POST /v1/jobs/plan: what submitting would do.
@@ -167,14 +205,21 @@ const (
 	JobRunning  = "running"  // launching or running allocations
 	JobStopping = "stopping" // stop asked; tasks and networks going away
 	JobDead     = "dead"     // finished by itself, or could not be resumed
+	// JobRegistered is a parameterized job: kept, never run itself; each
+	// dispatch runs a child job.
+	JobRegistered = "registered"
 )
 
 // JobStub is one line of GET /v1/jobs.
 type JobStub struct {
 	ID        string `json:"id"`
-	Type      string `json:"type"`      // "batch" or "service"; "" if the stored job no longer parses
+	Type      string `json:"type"`      // "batch", "service", "system" or "sysbatch"; "" if the stored job no longer parses
 	Namespace string `json:"namespace"` // the job's Nomad namespace (not a network namespace)
-	Status    string `json:"status"`    // JobRunning, JobStopping or JobDead
+	Status    string `json:"status"`    // JobRunning, JobStopping, JobDead or JobRegistered
+	// Parameterized is true for a job only dispatches run; ParentID is
+	// set on a dispatched child, naming its parameterized job.
+	Parameterized bool   `json:"parameterized,omitempty"`
+	ParentID      string `json:"parent_id,omitempty"`
 	// Periodic lists a periodic job's cron specs.
 	Periodic    []string   `json:"periodic,omitempty"`
 	SubmittedAt time.Time  `json:"submitted_at"`
@@ -510,7 +555,7 @@ type GCReport struct {
 // POST /v1/jobs/plan and GET /v1/job/{id} show it.
 type Job struct {
 	ID          string            `json:"id"`
-	Type        string            `json:"type"` // "batch" or "service"
+	Type        string            `json:"type"` // "batch", "service", "system" or "sysbatch"
 	Namespace   string            `json:"namespace"`
 	Region      string            `json:"region"`
 	Datacenters []string          `json:"datacenters"`
@@ -518,11 +563,22 @@ type Job struct {
 	Meta        map[string]string `json:"meta,omitempty"`
 	Constraints []Constraint      `json:"constraints,omitempty"`
 	Periodic    *Periodic         `json:"periodic,omitempty"`
-	Groups      []*Group          `json:"groups"`
+	// Parameterized is set on a job only dispatches run; ParentID on a
+	// dispatched child.
+	Parameterized *Parameterized `json:"parameterized,omitempty"`
+	ParentID      string         `json:"parent_id,omitempty"`
+	Groups        []*Group       `json:"groups"`
 	// Warnings are accepted constructs that do nothing on berth
 	// (reschedule, a datacenter list without this node's datacenter).
 	Warnings []Diagnostic `json:"warnings,omitempty"`
 	Pos      Pos          `json:"pos"` // the job block
+}
+
+// Parameterized is a job's parameterized block.
+type Parameterized struct {
+	Payload      string   `json:"payload"` // "optional", "required" or "forbidden"
+	MetaRequired []string `json:"meta_required,omitempty"`
+	MetaOptional []string `json:"meta_optional,omitempty"`
 }
 
 // Periodic is a job's periodic block.
@@ -616,13 +672,25 @@ type Task struct {
 	User        string            `json:"user,omitempty"`
 	Restart     RestartPolicy     `json:"restart"`
 	Constraints []Constraint      `json:"constraints,omitempty"`
-	Pos         Pos               `json:"pos"`        // the task block
-	ConfigPos   Pos               `json:"config_pos"` // its config block
-	DriverPos   Pos               `json:"driver_pos"` // its driver attribute
+	// Lifecycle is the task's lifecycle block; absent for a main task.
+	Lifecycle      *Lifecycle `json:"lifecycle,omitempty"`
+	KillSignal     string     `json:"kill_signal,omitempty"` // SIGTERM when empty
+	ShutdownDelay  Duration   `json:"shutdown_delay,omitempty"`
+	MaxRunDuration Duration   `json:"max_run_duration,omitempty"`
+	Pos            Pos        `json:"pos"`        // the task block
+	ConfigPos      Pos        `json:"config_pos"` // its config block
+	DriverPos      Pos        `json:"driver_pos"` // its driver attribute
 }
 
-// Resources is a resources block, recorded with Nomad's defaults; berth
-// does not enforce it.
+// Lifecycle is a task's lifecycle block.
+type Lifecycle struct {
+	Hook    string `json:"hook"` // "prestart", "poststart" or "poststop"
+	Sidecar bool   `json:"sidecar,omitempty"`
+}
+
+// Resources is a resources block, recorded with Nomad's defaults; the exec
+// driver enforces the memory (memory_max above memory: the hard limit,
+// memory the soft one; -1: no hard limit).
 type Resources struct {
 	CPU         int `json:"cpu,omitempty"` // MHz
 	Cores       int `json:"cores,omitempty"`

@@ -14,10 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/netns"
@@ -64,8 +67,12 @@ func (nopObserver) Healed(string, error)                       {}
 
 // Options configure a Manager.
 type Options struct {
-	Netns   *netns.Manager
-	CNI     *cni.Client
+	// Netns pins the namespaces; netns.NewManager("") when nil.
+	Netns Namespaces
+	// CNI runs the plugins; a cni.Client with the default paths when nil.
+	CNI CNI
+	// Host tidies idle networks; hostclean.Host when nil.
+	Host    HostCleaner
 	ConfDir string
 	Store   Store
 	Logger  *slog.Logger
@@ -86,6 +93,9 @@ type Manager struct {
 	log   *slog.Logger
 	obs   Observer
 	locks keyed.Mutex
+	// hostLockDir is DefaultLockDir (see LockHost); the unit tests, whose
+	// fakes touch no host chain, use their own.
+	hostLockDir string
 }
 
 // New returns a Manager.
@@ -96,10 +106,13 @@ func New(o Options) *Manager {
 	if o.CNI == nil {
 		o.CNI = cni.NewClient(cni.Options{Rules: hostclean.Rules{}})
 	}
+	if o.Host == nil {
+		o.Host = hostclean.Host{}
+	}
 	if o.ConfDir == "" {
 		o.ConfDir = cni.DefaultConfDir
 	}
-	m := &Manager{o: o, log: o.Logger, obs: o.Observer}
+	m := &Manager{o: o, log: o.Logger, obs: o.Observer, hostLockDir: DefaultLockDir}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -109,11 +122,20 @@ func New(o Options) *Manager {
 	return m
 }
 
-// Netns is the namespace manager in use.
-func (m *Manager) Netns() *netns.Manager { return m.o.Netns }
+// Netns is the namespace manager in use, for the packages that share it
+// (gc, the runner's leak check); nil when Options.Netns was not a
+// *netns.Manager (a unit test's fake).
+func (m *Manager) Netns() *netns.Manager {
+	n, _ := m.o.Netns.(*netns.Manager)
+	return n
+}
 
-// CNI is the CNI client in use.
-func (m *Manager) CNI() *cni.Client { return m.o.CNI }
+// CNI is the CNI client in use, for the packages that share it; nil when
+// Options.CNI was not a *cni.Client.
+func (m *Manager) CNI() *cni.Client {
+	c, _ := m.o.CNI.(*cni.Client)
+	return c
+}
 
 // ConfDir is the CNI config dir networks are loaded from.
 func (m *Manager) ConfDir() string { return m.o.ConfDir }
@@ -150,12 +172,33 @@ type Status struct {
 	Timings Timings `json:"timings_ms"`
 }
 
-// Timings are step durations in milliseconds.
-type Timings map[string]float64
-
-func (t Timings) add(step string, d time.Duration) {
-	t[step] += float64(d.Microseconds()) / 1000
+// Timings are how long the steps of one Setup, Check or Teardown took, in
+// milliseconds; a step that did not run is absent from the JSON. The
+// fields are in the alphabetical order of their JSON keys, as the map
+// they replaced was encoded.
+type Timings struct {
+	// Add is CNI ADD, without the wait for the network's lock.
+	Add float64 `json:"add,omitempty"`
+	// Check is CNI CHECK of an existing attachment.
+	Check float64 `json:"check,omitempty"`
+	// Del is CNI DEL, without the wait for the network's lock.
+	Del float64 `json:"del,omitempty"`
+	// HealTeardown is tearing down an attachment that failed CHECK, before
+	// it is made again.
+	HealTeardown float64 `json:"heal_teardown,omitempty"`
+	// Netns is creating and pinning the namespace.
+	Netns float64 `json:"netns,omitempty"`
+	// Record is writing and deleting berth's record of the attachment.
+	Record float64 `json:"record,omitempty"`
+	// Remove is unmounting and unlinking the namespace.
+	Remove float64 `json:"remove,omitempty"`
 }
+
+// ms is d in milliseconds, to the microsecond, as Timings hold it.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// since is ms(time.Since(start)).
+func since(start time.Time) float64 { return ms(time.Since(start)) }
 
 func (m *Manager) logger(id, path, network string) *slog.Logger {
 	return m.log.With("id", id, "netns", path, "network", network)
@@ -182,22 +225,12 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 	path := m.o.Netns.Path(req.ID)
 	log := m.logger(req.ID, path, net.Name())
 
-	rec, err := m.o.Store.GetAttachment(ctx, req.ID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		rec = nil
-	case err != nil:
-		return nil, fmt.Errorf("setup %s: read record: %w", req.ID, err)
-	}
-
-	if rec == nil && m.o.Netns.Exists(req.ID) {
-		rec, err = m.adopt(ctx, req, net)
-		if err != nil {
-			return nil, err
-		}
+	rec, err := m.existing(ctx, req, net)
+	if err != nil {
+		return nil, err
 	}
 	if rec != nil {
-		if rec.Phase == store.PhaseReady && m.o.Netns.Exists(req.ID) {
+		if rec.Phase == store.PhaseReady && m.exists(req.ID) {
 			return m.checkOrHeal(ctx, req, net, rec, log)
 		}
 		// A half-made setup or an unfinished teardown: finish undoing it
@@ -208,6 +241,23 @@ func (m *Manager) Setup(ctx context.Context, req Request) (*Status, error) {
 		}
 	}
 	return m.create(ctx, req, net, log)
+}
+
+// existing is what the ID has: its record, or one adopted from libcni's
+// cache for a namespace berth has no record of; nil when it has nothing.
+func (m *Manager) existing(ctx context.Context, req Request, net *cni.Network) (*store.Attachment, error) {
+	rec, err := m.o.Store.GetAttachment(ctx, req.ID)
+	switch {
+	case err == nil:
+		return rec, nil
+	case errors.Is(err, store.ErrCorrupt):
+		return nil, fmt.Errorf("setup %s: %w: `berth net down %s` tears it down from libcni's cache and drops the record", req.ID, err, req.ID)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("setup %s: read record: %w", req.ID, err)
+	case m.exists(req.ID):
+		return m.adopt(ctx, req, net)
+	}
+	return nil, nil
 }
 
 // adopt takes over a pinned namespace that berth has no record of, when
@@ -264,23 +314,26 @@ func (m *Manager) newRecord(req Request, net *cni.Network, path string) *store.A
 }
 
 func (m *Manager) args(id string, extra map[string]string) map[string]string {
-	out := make(map[string]string, len(extra)+2)
-	for k, v := range extra {
-		out[k] = v
-	}
-	out["BERTH_ID"] = id
+	return evidence.MarkArgs(extra, id, m.storeID())
+}
+
+// storeID identifies berth's attachments among other berths' (see
+// evidence.Owned); "" for a store that does not say.
+func (m *Manager) storeID() string {
 	if s, ok := m.o.Store.(interface{ ID() string }); ok {
-		out["BERTH_STORE"] = s.ID()
+		return s.ID()
 	}
-	return out
+	return ""
 }
 
 func (m *Manager) cniAttachment(id, path, ifname string, args map[string]string, capArgs map[string]any) *cni.Attachment {
 	return &cni.Attachment{ContainerID: id, NetNS: path, IfName: ifname, Args: m.args(id, args), CapabilityArgs: capArgs}
 }
 
-func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log *slog.Logger) (*Status, error) {
-	t := Timings{}
+// create makes a new attachment. The caller holds the ID's lock and has
+// found nothing of the ID left.
+func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log *slog.Logger) (_ *Status, err error) {
+	var t Timings
 	path := m.o.Netns.Path(req.ID)
 	rec := m.newRecord(req, net, path)
 
@@ -288,61 +341,76 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
 		return nil, fmt.Errorf("setup %s: record intent: %w", req.ID, err)
 	}
-	t.add("record", time.Since(start))
+	t.Record += since(start)
+	// One deferred undo for every exit below: right after each
+	// acquisition, undo becomes the undo of all acquired so far.
+	undo := func(ctx context.Context) error { return m.o.Store.DeleteAttachment(ctx, rec.ID) }
+	defer func() {
+		if err != nil {
+			err = m.runUndo(ctx, err, undo)
+		}
+	}()
 	fault.Point(fault.AfterIntent)
 
-	start = time.Now()
-	_, err := m.o.Netns.Create(ctx, req.ID)
-	m.obs.NetnsOp("create", time.Since(start), err)
-	t.add("netns", time.Since(start))
+	d, err := m.createNetns(ctx, req.ID)
+	t.Netns += ms(d)
 	if err != nil {
-		// Create leaves nothing on failure; only the intent remains.
-		if derr := m.o.Store.DeleteAttachment(context.WithoutCancel(ctx), req.ID); derr != nil {
-			log.Warn("could not delete record of failed setup", "err", derr)
-		}
-		if errors.Is(err, netns.ErrExists) {
-			return nil, fmt.Errorf("setup %s: %w (remove it with `ip netns del %s` if nothing uses it)", req.ID, ErrNotOwned, req.ID)
-		}
-		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
+		// Create leaves nothing on failure, and a namespace that was
+		// already there is not ours: the undo deletes the intent only.
+		return nil, err
 	}
-
-	// No record is written between the namespace and ADD: the intent
-	// covers both, and undoing an intent DELs whenever the namespace
-	// exists (DEL of what was never added is harmless). One fsync fewer
-	// per attachment.
+	// From here the namespace may hold part of an ADD, so undoing is a
+	// teardown: it DELs whenever the namespace is pinned (DEL of what was
+	// never added is harmless). No record is written between the
+	// namespace and ADD: the intent covers both, one fsync fewer per
+	// attachment.
+	undo = func(ctx context.Context) error {
+		_, err := m.teardown(ctx, rec, log)
+		return err
+	}
 	fault.Point(fault.AfterNetns)
-	unlockNet, err := m.lockNetwork(ctx, net.Name())
-	if err != nil {
-		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
-	}
-	start = time.Now()
-	res, err := m.o.CNI.Add(ctx, net, m.cniAttachment(req.ID, path, rec.IfName, req.Args, req.CapabilityArgs))
-	unlockNet()
-	m.obs.CNIOp("ADD", net.Name(), time.Since(start), err)
-	t.add("add", time.Since(start))
+
+	res, d, err := m.add(ctx, net, m.cniAttachment(req.ID, path, rec.IfName, req.Args, req.CapabilityArgs))
+	t.Add += ms(d)
 	if err != nil {
 		log.Warn("CNI ADD failed; undoing", "err", err)
-		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: %w", req.ID, err), log)
+		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
 	}
-
 	fault.Point(fault.AfterAdd)
+
 	start = time.Now()
 	rec.Result = res.Raw
 	rec.Phase = store.PhaseReady
 	if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
-		return nil, m.undo(ctx, rec, fmt.Errorf("setup %s: record phase %s: %w", req.ID, rec.Phase, err), log)
+		return nil, fmt.Errorf("setup %s: record phase %s: %w", req.ID, rec.Phase, err)
 	}
-	t.add("record", time.Since(start))
+	t.Record += since(start)
 	log.Debug("attachment ready", "ipv4", res.Status.IPv4, "timings_ms", t)
 	return &Status{ID: req.ID, NetnsPath: path, Network: net.Name(), Phase: rec.Phase, Status: res.Status, Created: true, Timings: t}, nil
 }
 
-// undo tears down a failed setup. The context of the setup may be what
-// failed (a deadline), so the cleanup gets its own.
-func (m *Manager) undo(ctx context.Context, rec *store.Attachment, cause error, log *slog.Logger) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cleanupTimeout())
+// createNetns creates and pins the namespace of id.
+func (m *Manager) createNetns(ctx context.Context, id string) (time.Duration, error) {
+	start := time.Now()
+	_, err := m.o.Netns.Create(ctx, id)
+	d := time.Since(start)
+	m.obs.NetnsOp("create", d, err)
+	switch {
+	case errors.Is(err, netns.ErrExists):
+		return d, fmt.Errorf("setup %s: %w (remove it with `ip netns del %s` if nothing uses it)", id, ErrNotOwned, id)
+	case err != nil:
+		return d, fmt.Errorf("setup %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// runUndo runs fn, the undo of a setup that failed with cause. The setup's
+// context may be what failed (a deadline, a cancel), so fn gets one of
+// its own.
+func (m *Manager) runUndo(ctx context.Context, cause error, fn func(context.Context) error) error {
+	cctx, cancel := cleanup.Context(ctx, m.cleanupTimeout())
 	defer cancel()
-	if _, err := m.teardown(cctx, rec, log); err != nil {
+	if err := fn(cctx); err != nil {
 		return fmt.Errorf("%w; cleanup also failed and is pending: %w", cause, err)
 	}
 	return cause
@@ -352,49 +420,121 @@ func (m *Manager) cleanupTimeout() time.Duration {
 	return cni.DefaultTimeouts().Del + 30*time.Second
 }
 
+// recordTimeout bounds writing a failure to the store after the
+// operation's context ended.
+const recordTimeout = 30 * time.Second
+
+// add runs ADD of att holding the network's locks.
+func (m *Manager) add(ctx context.Context, net *cni.Network, att *cni.Attachment) (res *cni.Result, d time.Duration, err error) {
+	d, err = m.underNetworkLock(ctx, "ADD", net.Name(), func() error {
+		res, err = m.o.CNI.Add(ctx, net, att)
+		return err
+	})
+	return res, d, err
+}
+
+// del runs DEL of rec holding the network's locks: inside the namespace
+// while it is pinned, without it when it is gone (plugins then release
+// what is outside it).
+func (m *Manager) del(ctx context.Context, rec *store.Attachment, pinned bool) (time.Duration, error) {
+	var net *cni.Network // nil for a record rebuilt from the cache: Del finds it by name
+	if len(rec.ConfList) > 0 {
+		n, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+		if err != nil {
+			return 0, err
+		}
+		net = n
+	}
+	att := recordAttachment(rec)
+	if !pinned {
+		att.NetNS = ""
+	}
+	return m.underNetworkLock(ctx, "DEL", rec.Network, func() error {
+		return m.o.CNI.Del(ctx, net, rec.Network, att)
+	})
+}
+
+// underNetworkLock runs op, the CNI verb on network, holding the locks
+// ADD and DEL need (lockNetwork), and reports it to the observer. The
+// duration is op's alone, without the wait for the locks.
+func (m *Manager) underNetworkLock(ctx context.Context, verb, network string, op func() error) (time.Duration, error) {
+	unlock, err := m.lockNetwork(ctx, network)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	start := time.Now()
+	err = op()
+	d := time.Since(start)
+	m.obs.CNIOp(verb, network, d, err)
+	return d, err
+}
+
+// check runs CHECK of rec against net; a failure wraps ErrCheckFailed.
+func (m *Manager) check(ctx context.Context, net *cni.Network, rec *store.Attachment) (time.Duration, error) {
+	start := time.Now()
+	err := m.o.CNI.Check(ctx, net, recordAttachment(rec))
+	d := time.Since(start)
+	m.obs.CNIOp("CHECK", net.Name(), d, err)
+	if err != nil {
+		m.obs.CheckFailed(net.Name())
+		return d, fmt.Errorf("%w: %w", ErrCheckFailed, err)
+	}
+	return d, nil
+}
+
+// recordAttachment is the CNI attachment rec describes.
+func recordAttachment(rec *store.Attachment) *cni.Attachment {
+	return &cni.Attachment{ContainerID: rec.ID, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
+}
+
+// statusOf is the status rec records, without timings.
+func statusOf(rec *store.Attachment) *Status {
+	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase}
+	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
+		st.Status = res.Status
+	}
+	return st
+}
+
+// exists reports whether the namespace of id is pinned.
+func (m *Manager) exists(id string) bool {
+	ok, _ := m.o.Netns.IsPinned(m.o.Netns.Path(id))
+	return ok
+}
+
 func (m *Manager) checkOrHeal(ctx context.Context, req Request, net *cni.Network, rec *store.Attachment, log *slog.Logger) (*Status, error) {
-	t := Timings{}
 	stored, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
 	if err != nil || stored.Name() != net.Name() {
 		// The ID is attached to another network (or its record is
 		// unreadable): CHECK against the requested one cannot pass.
 		return nil, fmt.Errorf("setup %s: already attached to network %q, not %q: tear it down first (berth net down %s)", req.ID, rec.Network, net.Name(), req.ID)
 	}
-	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: t}
-	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
-		st.Status = res.Status
-	}
+	st := statusOf(rec)
 	if err := stored.CheckSupport(); err != nil {
 		log.Info("existing attachment not checked", "reason", err)
 		st.CheckSkipped = err.Error()
 		return st, nil
 	}
-	start := time.Now()
-	att := &cni.Attachment{ContainerID: rec.ID, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
-	cerr := m.o.CNI.Check(ctx, stored, att)
-	m.obs.CNIOp("CHECK", stored.Name(), time.Since(start), cerr)
-	t.add("check", time.Since(start))
+	d, cerr := m.check(ctx, stored, rec)
+	st.Timings.Check = ms(d)
 	if cerr == nil {
 		return st, nil
 	}
-	cerr = fmt.Errorf("%w: %w", ErrCheckFailed, cerr)
-	m.obs.CheckFailed(net.Name())
 	log.Warn("CNI CHECK failed; recreating the namespace", "err", cerr)
 
-	start = time.Now()
+	start := time.Now()
 	if _, err := m.teardown(ctx, rec, log); err != nil {
 		m.obs.Healed(net.Name(), err)
 		return nil, fmt.Errorf("setup %s: %w; teardown before recreate failed: %w", req.ID, cerr, err)
 	}
-	t.add("heal_teardown", time.Since(start))
+	healTeardown := since(start)
 	nst, err := m.create(ctx, req, net, log)
 	m.obs.Healed(net.Name(), err)
 	if err != nil {
 		return nil, fmt.Errorf("setup %s: %w; recreate failed: %w", req.ID, cerr, err)
 	}
-	for k, v := range t {
-		nst.Timings[k] += v
-	}
+	nst.Timings.Check, nst.Timings.HealTeardown = st.Timings.Check, healTeardown
 	nst.Healed = cerr.Error()
 	log.Info("namespace recreated after CHECK failure", "ipv4", nst.IPv4)
 	return nst, nil
@@ -417,14 +557,11 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check %s: %w", id, err)
 	}
-	st := &Status{ID: rec.ID, NetnsPath: rec.NetnsPath, Network: rec.Network, Phase: rec.Phase, Timings: Timings{}}
-	if res, err := cni.ParseResult(rec.Result, rec.IfName); err == nil {
-		st.Status = res.Status
-	}
+	st := statusOf(rec)
 	if rec.Phase != store.PhaseReady {
 		return st, fmt.Errorf("check %s: attachment is in phase %s, not ready", id, rec.Phase)
 	}
-	if !m.o.Netns.Exists(id) {
+	if !m.exists(id) {
 		return st, fmt.Errorf("check %s: %w: %s is gone", id, ErrCheckFailed, rec.NetnsPath)
 	}
 	net, err := cni.ParseNetwork(rec.ConfList, "record of "+id)
@@ -435,13 +572,10 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 		st.CheckSkipped = err.Error()
 		return st, nil
 	}
-	start := time.Now()
-	err = m.o.CNI.Check(ctx, net, &cni.Attachment{ContainerID: id, NetNS: rec.NetnsPath, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs})
-	m.obs.CNIOp("CHECK", net.Name(), time.Since(start), err)
-	st.Timings.add("check", time.Since(start))
+	d, err := m.check(ctx, net, rec)
+	st.Timings.Check = ms(d)
 	if err != nil {
-		m.obs.CheckFailed(net.Name())
-		return st, fmt.Errorf("check %s: %w: %w", id, ErrCheckFailed, err)
+		return st, fmt.Errorf("check %s: %w", id, err)
 	}
 	return st, nil
 }
@@ -486,16 +620,26 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 	defer unlock()
 	rec, err := m.o.Store.GetAttachment(ctx, id)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
+		// A damaged record is replaced by what libcni's cache knows; the
+		// teardown deletes it with the attachment.
+		damaged := errors.Is(err, store.ErrCorrupt)
 		rec, err = m.recordFromCache(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if rec == nil {
-			if m.o.Netns.Exists(id) {
+			if m.exists(id) {
 				return nil, fmt.Errorf("teardown %s: %w: %s (remove it with `ip netns del %s` if it is yours)", id, ErrNotOwned, m.o.Netns.Path(id), id)
 			}
-			return &TeardownReport{ID: id, Nothing: true, Timings: Timings{}}, nil
+			if damaged {
+				// Nothing of it is left on the host: only the record.
+				if err := m.o.Store.DeleteAttachment(ctx, id); err != nil {
+					return nil, fmt.Errorf("teardown %s: delete damaged record: %w", id, err)
+				}
+				return &TeardownReport{ID: id}, nil
+			}
+			return &TeardownReport{ID: id, Nothing: true}, nil
 		}
 	case err != nil:
 		return nil, fmt.Errorf("teardown %s: read record: %w", id, err)
@@ -529,22 +673,23 @@ func (m *Manager) Reclaim(ctx context.Context, id string, still func(*store.Atta
 
 // recordFromCache rebuilds a record from libcni's cache, for an
 // attachment berth's store does not know (store lost, or made by an older
-// berth). Only cache entries carrying BERTH_ID are berth's.
+// berth). Only cache entries that are this berth's (evidence.Owned) count.
 func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attachment, error) {
-	cached, err := m.o.CNI.CachedAttachments(ctx, id)
+	cached, err := evidence.ReadCache(ctx, m.o.CNI.CacheDir(), id)
 	if err != nil {
 		return nil, fmt.Errorf("teardown %s: %w", id, err)
 	}
-	mine := ""
-	if s, ok := m.o.Store.(interface{ ID() string }); ok {
-		mine = s.ID()
-	}
+	mine := m.storeID()
 	for _, c := range cached {
-		if c.Args["BERTH_ID"] != id || (c.Args["BERTH_STORE"] != "" && mine != "" && c.Args["BERTH_STORE"] != mine) {
-			continue // another runtime's, or another berth's
+		if evidence.Owned(c, mine) != evidence.Mine {
+			continue
 		}
+		// Only a namespace in the netns dir is entered for DEL and
+		// removed: the cache file could name any path (/proc/1/ns/net).
 		path := m.o.Netns.Path(id)
-		if c.NetNS != "" {
+		if c.NetNS != "" && filepath.Dir(filepath.Clean(c.NetNS)) != m.o.Netns.Dir() {
+			m.log.Warn("libcni cache entry names a namespace outside the netns dir; using the ID's own path", "id", id, "netns", c.NetNS)
+		} else if c.NetNS != "" {
 			path = c.NetNS
 		}
 		return &store.Attachment{ID: id, Network: c.Network, IfName: c.IfName, NetnsPath: path, Phase: store.PhaseTearingDown}, nil
@@ -552,72 +697,75 @@ func (m *Manager) recordFromCache(ctx context.Context, id string) (*store.Attach
 	return nil, nil
 }
 
-// teardown undoes rec. The caller holds the ID's lock.
+// teardown undoes rec: DEL, then the namespace, then the record, each only
+// after the one before succeeded. The caller holds the ID's lock.
 func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog.Logger) (*TeardownReport, error) {
-	rep := &TeardownReport{ID: rec.ID, Network: rec.Network, Timings: Timings{}}
+	rep := &TeardownReport{ID: rec.ID, Network: rec.Network}
 	if rec.NetnsPath == "" {
 		rec.NetnsPath = m.o.Netns.Path(rec.ID)
 	}
 	// ADD needs the namespace, so an intent whose namespace never came
 	// to exist reached no plugin; in every other case DEL is due (DEL of
 	// what was never added is harmless).
-	pinned, _ := netns.IsPinned(rec.NetnsPath)
-	needDel := pinned || (rec.Phase != store.PhaseIntent && rec.Phase != store.PhaseNetnsCreated)
+	pinned, _ := m.o.Netns.IsPinned(rec.NetnsPath)
+	needDel := pinned || rec.Phase != store.PhaseIntent
+
 	start := time.Now()
-	// An allocation's ready attachment needs no tearing-down mark: if
-	// berth dies before the record is deleted, the next berth finds the
-	// allocation's owner gone and tears it down anyway. Only attachments
-	// that outlive their creator (`berth net up`) need the mark, or a
-	// crash after DEL would leave them looking alive. A failure records
-	// the mark in every case (fail).
-	if rec.Phase != store.PhaseTearingDown && (rec.AllocID == "" || rec.Phase != store.PhaseReady) {
-		rec.Phase = store.PhaseTearingDown
-		// The process tearing it down owns it now (`net down` in another
-		// process than `net up`'s): a collector elsewhere leaves it alone
-		// while this process lives.
-		if m.o.OwnerPID > 0 {
-			rec.OwnerPID, rec.OwnerStartTime = m.o.OwnerPID, m.o.OwnerStartTime
-		}
-		if err := m.o.Store.PutAttachment(ctx, rec); err != nil {
-			return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
-		}
+	if err := m.markTearingDown(ctx, rec); err != nil {
+		return rep, fmt.Errorf("teardown %s: record phase: %w", rec.ID, err)
 	}
-	rep.Timings.add("record", time.Since(start))
+	rep.Timings.Record += since(start)
 
 	if needDel {
-		var net *cni.Network
-		if len(rec.ConfList) > 0 {
-			n, err := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
-			if err != nil {
-				return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
-			}
-			net = n
-		}
-		att := &cni.Attachment{ContainerID: rec.ID, IfName: rec.IfName, Args: rec.Args, CapabilityArgs: rec.CapabilityArgs}
-		if pinned {
-			att.NetNS = rec.NetnsPath
-		}
-		unlockNet, err := m.lockNetwork(ctx, rec.Network)
-		if err != nil {
-			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
-		}
-		start = time.Now()
-		err = m.o.CNI.Del(ctx, net, rec.Network, att)
-		unlockNet()
-		m.obs.CNIOp("DEL", rec.Network, time.Since(start), err)
-		rep.Timings.add("del", time.Since(start))
+		d, err := m.del(ctx, rec, pinned)
+		rep.Timings.Del += ms(d)
 		if err != nil {
 			// The namespace stays: a DEL retried without it would leak
 			// the bridge plugin's masquerade chain.
 			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
 		}
 	}
-
 	fault.Point(fault.AfterDel)
+
+	if err := m.remove(ctx, rec.NetnsPath, rep, log); err != nil {
+		return rep, m.fail(ctx, rec, err)
+	}
+
 	start = time.Now()
-	rr, err := netns.RemovePath(ctx, rec.NetnsPath)
+	if err := m.o.Store.DeleteAttachment(ctx, rec.ID); err != nil {
+		return rep, fmt.Errorf("teardown %s: delete record: %w", rec.ID, err)
+	}
+	rep.Timings.Record += since(start)
+	return rep, nil
+}
+
+// markTearingDown records that rec is being torn down, where that is
+// needed. An allocation's ready attachment needs no mark: if berth dies
+// before the record is deleted, the next berth finds the allocation's
+// owner gone and tears it down anyway. Only attachments that outlive their
+// creator (`berth net up`) need the mark, or a crash after DEL would leave
+// them looking alive. A failure records the mark in every case (fail).
+func (m *Manager) markTearingDown(ctx context.Context, rec *store.Attachment) error {
+	if rec.Phase == store.PhaseTearingDown || (rec.AllocID != "" && rec.Phase == store.PhaseReady) {
+		return nil
+	}
+	rec.Phase = store.PhaseTearingDown
+	// The process tearing it down owns it now (`net down` in another
+	// process than `net up`'s): a collector elsewhere leaves it alone
+	// while this process lives.
+	if m.o.OwnerPID > 0 {
+		rec.OwnerPID, rec.OwnerStartTime = m.o.OwnerPID, m.o.OwnerStartTime
+	}
+	return m.o.Store.PutAttachment(ctx, rec)
+}
+
+// remove removes the namespace at path and notes in rep whether it was
+// busy and who held it.
+func (m *Manager) remove(ctx context.Context, path string, rep *TeardownReport, log *slog.Logger) error {
+	start := time.Now()
+	rr, err := m.o.Netns.RemovePath(ctx, path)
 	m.obs.NetnsOp("remove", time.Since(start), err)
-	rep.Timings.add("remove", time.Since(start))
+	rep.Timings.Remove += since(start)
 	if rr != nil {
 		m.obs.Removed(rr)
 		rep.Busy, rep.Retries = rr.Busy, rr.Retries
@@ -628,25 +776,19 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 			log.Warn("namespace was busy at removal; detached it", "holders", rep.Holders, "retries", rr.Retries)
 		}
 	}
-	if err != nil {
-		return rep, m.fail(ctx, rec, err)
-	}
-
-	start = time.Now()
-	if err := m.o.Store.DeleteAttachment(ctx, rec.ID); err != nil {
-		return rep, fmt.Errorf("teardown %s: delete record: %w", rec.ID, err)
-	}
-	rep.Timings.add("record", time.Since(start))
-	return rep, nil
+	return err
 }
 
-// fail records a failed teardown so that it is retried with backoff.
+// fail records a failed teardown so that it is retried with backoff. The
+// context that failed may have ended: the record gets one of its own.
 func (m *Manager) fail(ctx context.Context, rec *store.Attachment, cause error) error {
 	rec.Phase = store.PhaseTearingDown
 	rec.TeardownAttempts++
 	rec.LastError = cause.Error()
 	rec.NextAttempt = time.Now().Add(RetryBackoff(rec.TeardownAttempts))
-	if err := m.o.Store.PutAttachment(context.WithoutCancel(ctx), rec); err != nil {
+	cctx, cancel := cleanup.Context(ctx, recordTimeout)
+	defer cancel()
+	if err := m.o.Store.PutAttachment(cctx, rec); err != nil {
 		return fmt.Errorf("%w; recording the failure also failed: %w", cause, err)
 	}
 	return cause

@@ -30,7 +30,7 @@ func berthCycleOwn(e *env, own *[]time.Duration) cycle {
 		}
 		rep, err := e.m.Teardown(ctx, id)
 		if err == nil && own != nil {
-			plugins := time.Duration((st.Timings["add"] + rep.Timings["del"]) * float64(time.Millisecond))
+			plugins := time.Duration((st.Timings.Add + rep.Timings.Del) * float64(time.Millisecond))
 			*own = append(*own, time.Since(start)-plugins)
 		}
 		return err

@@ -26,7 +26,7 @@ type NetEntry struct {
 // ListNamespaces joins the namespace directory with berth's records. It
 // never returns nil on success, so that JSON shows an empty list.
 func ListNamespaces(ctx context.Context, m *Manager) ([]NetEntry, error) {
-	entries, err := m.Netns().List(ctx)
+	entries, err := m.o.Netns.List(ctx)
 	if err != nil {
 		return nil, err
 	}

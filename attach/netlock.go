@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/flock"
 )
 
@@ -27,7 +28,7 @@ func (m *Manager) lockNetwork(ctx context.Context, network string) (func(), erro
 	if err != nil {
 		return nil, err
 	}
-	unlockHost, err := LockHost(ctx, m.o.LockDir, false)
+	unlockHost, err := m.lockHost(ctx, false)
 	if err != nil {
 		unlockNet()
 		return nil, err
@@ -71,6 +72,11 @@ func LockNetwork(ctx context.Context, dir, network string, exclusive bool) (func
 // berth process (and test) on the host must agree on it.
 func LockHost(ctx context.Context, _ string, exclusive bool) (func(), error) {
 	return lockFile(ctx, DefaultLockDir, "host.lock", "host CNI chains", exclusive)
+}
+
+// lockHost is LockHost in the Manager's host lock dir.
+func (m *Manager) lockHost(ctx context.Context, exclusive bool) (func(), error) {
+	return lockFile(ctx, m.hostLockDir, "host.lock", "host CNI chains", exclusive)
 }
 
 func lockFile(ctx context.Context, dir, name, what string, exclusive bool) (func(), error) {
@@ -128,37 +134,7 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 	}
 	var errs []error
 	for _, p := range net.List.Plugins {
-		var conf struct {
-			Bridge string `json:"bridge"`
-			IPAM   struct {
-				Type    string `json:"type"`
-				DataDir string `json:"dataDir"`
-			} `json:"ipam"`
-		}
-		if err := json.Unmarshal(p.Bytes, &conf); err != nil {
-			continue
-		}
-		if p.Network.Type == "bridge" {
-			if conf.Bridge == "" {
-				conf.Bridge = "cni0"
-			}
-			ports, err := hostclean.RemoveBridgeIfUnused(ctx, conf.Bridge)
-			errs = append(errs, err)
-			switch {
-			case err != nil:
-			case ports == 0:
-				rep.Removed = append(rep.Removed, "bridge "+conf.Bridge)
-			case ports > 0:
-				rep.Kept = append(rep.Kept, fmt.Sprintf("bridge %s has %d interface(s) of another runtime attached", conf.Bridge, ports))
-			}
-		}
-		if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
-			ok, err := hostclean.RemoveHostLocalDirIfEmpty(ctx, net.Name())
-			errs = append(errs, err)
-			if ok {
-				rep.Removed = append(rep.Removed, "host-local dir of "+net.Name())
-			}
-		}
+		errs = append(errs, m.tidyPlugin(ctx, net.Name(), p, rep))
 	}
 	removed, err := m.TidySharedChains(ctx)
 	rep.Removed = append(rep.Removed, removed...)
@@ -169,14 +145,52 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 	return rep, nil
 }
 
+// tidyPlugin removes what one plugin of network leaves by design: a
+// bridge plugin's bridge, host-local's directory in its default place.
+func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.PluginConfig, rep *TidyReport) error {
+	var conf struct {
+		Bridge string `json:"bridge"`
+		IPAM   struct {
+			Type    string `json:"type"`
+			DataDir string `json:"dataDir"`
+		} `json:"ipam"`
+	}
+	if err := json.Unmarshal(p.Bytes, &conf); err != nil {
+		return nil // libcni parsed it already; nothing of ours to find
+	}
+	var errs []error
+	if p.Network.Type == "bridge" {
+		if conf.Bridge == "" {
+			conf.Bridge = "cni0"
+		}
+		ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge)
+		errs = append(errs, err)
+		switch {
+		case err != nil:
+		case ports == 0:
+			rep.Removed = append(rep.Removed, "bridge "+conf.Bridge)
+		case ports > 0:
+			rep.Kept = append(rep.Kept, fmt.Sprintf("bridge %s has %d interface(s) of another runtime attached", conf.Bridge, ports))
+		}
+	}
+	if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
+		ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, network)
+		errs = append(errs, err)
+		if ok {
+			rep.Removed = append(rep.Removed, "host-local dir of "+network)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // TidySharedChains removes the plugins' shared chains when nothing uses
 // them, holding the host lock exclusively so that no ADD or DEL of any
 // network is in flight meanwhile.
 func (m *Manager) TidySharedChains(ctx context.Context) ([]string, error) {
-	unlock, err := LockHost(ctx, m.o.LockDir, true)
+	unlock, err := m.lockHost(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return hostclean.TidySharedChains(ctx)
+	return m.o.Host.TidySharedChains(ctx)
 }

@@ -13,11 +13,15 @@ import (
 
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/node"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {
 	var file string
+	// own are the agent's own settings as flags; the node's are the
+	// global flags (g.flags).
 	d := agent.DefaultConfig()
+	var own *node.Flags
 	cmd := &cobra.Command{
 		Use:   "agent [-config FILE] [flags]",
 		Short: "Run berth as a service: run submitted jobs, serve the HTTP API and /metrics, collect garbage",
@@ -29,8 +33,11 @@ periodically. SIGTERM or SIGINT drains: no new launches, every task stopped
 within its kill_timeout, every network torn down, exit 0.
 
 Settings come from the HCL file given with -config (see
-examples/agent/berth.hcl); every setting is also a flag, and a flag given on
-the command line wins over the file. Both -config and --config are accepted.`,
+examples/agent/berth.hcl); every setting but api.token is also a flag, named
+as in the file with '-' for '_' (a block's settings with the block's name in
+front: bridge { subnet } is --bridge-subnet, api { socket } --api-socket), and
+a flag given on the command line wins over the file. Both -config and
+--config are accepted.`,
 		// Checked after parsing: flags arrive as arguments.
 		Args: cobra.ArbitraryArgs,
 		// Parsed in RunE, so that Go-style single-dash long flags
@@ -59,32 +66,30 @@ the command line wins over the file. Both -config and --config are accepted.`,
 					return err
 				}
 			}
-			applyAgentFlags(cmd.Flags(), g, &cfg)
-			logger, err := agent.NewLogger(cfg, g.stderr)
-			if err != nil {
-				return err
+			g.flags.Overlay(&cfg.Config)
+			own.Overlay(&cfg)
+			if g.runAgent != nil {
+				return g.runAgent(cmd.Context(), cfg)
 			}
-			a, err := agent.New(cfg, logger, agent.WithVersion(Version), agent.WithBanner(g.stdout))
-			if err != nil {
-				return err
-			}
-			return a.Run(cmd.Context())
+			return runAgent(cmd.Context(), g, cfg)
 		},
 	}
 	f := cmd.Flags()
+	// The deprecation notes of old flag spellings go to the user.
+	f.SetOutput(g.stderr)
 	f.StringVar(&file, "config", "", "HCL configuration file (settings given as flags win over it)")
-	f.String("socket", d.API.Socket, "API unix socket (mode 0600)")
-	f.String("tcp-address", "", "also serve the API on this TCP address (host:port); needs a token")
-	f.String("token-file", "", "file holding the bearer token the TCP API requires")
-	f.String("podman-socket", "", "podman service socket (default: berth starts its own under the data dir when a task needs it)")
-	f.String("bridge-network", d.Bridge.Network, "CNI network name of network mode \"bridge\"")
-	f.String("bridge-iface", d.Bridge.Iface, "bridge interface of network mode \"bridge\"")
-	f.String("bridge-subnet", d.Bridge.Subnet, "subnet of network mode \"bridge\"")
-	f.String("gc-interval", d.GCInterval, "how often garbage collection runs (0: only the reconcile at start)")
-	f.String("gc-mode", d.GCMode, "garbage collection scope: full (records and host sweep) or records (this data dir's records only)")
-	f.Int("retention", d.Retention, "finished allocations (records and log dirs) kept per job")
-	f.String("stop-timeout", d.StopTimeout, "how long a job stop request waits for tasks and networks to be gone")
+	own = node.BindFlags(f, &d)
 	return cmd
+}
+
+func runAgent(ctx context.Context, g *Globals, cfg agent.Config) error {
+	// A bad log setting is reported by agent.New, with every other problem.
+	logger, _ := cfg.NewLogger(g.stderr)
+	a, err := agent.New(cfg, logger, agent.WithVersion(Version), agent.WithBanner(g.stdout))
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
 }
 
 // longFlags turns Go-style single-dash long flags ("-config x",
@@ -105,53 +110,6 @@ func longFlags(cmd *cobra.Command, args []string) []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-// applyAgentFlags overrides cfg with the flags given on the command line
-// (the global ones included); defaults never override the file.
-func applyAgentFlags(f *pflag.FlagSet, g *Globals, cfg *agent.Config) {
-	str := func(name string, dst *string) {
-		if f.Changed(name) {
-			*dst, _ = f.GetString(name)
-		}
-	}
-	if f.Changed("data-dir") {
-		cfg.DataDir = g.DataDir
-	}
-	if f.Changed("netns-dir") {
-		cfg.NetnsDir = g.NetnsDir
-	}
-	if f.Changed("lock-dir") {
-		cfg.LockDir = g.LockDir
-	}
-	if f.Changed("cni-config-dir") {
-		cfg.CNIConfigDir = g.CNIConfigDir
-	}
-	if f.Changed("cni-path") {
-		cfg.CNIPath = g.PluginPath()
-	}
-	if f.Changed("cni-cache-dir") {
-		cfg.CNICacheDir = g.CNICacheDir
-	}
-	if f.Changed("log-level") {
-		cfg.LogLevel = g.LogLevel
-	}
-	if f.Changed("log-format") {
-		cfg.LogFormat = g.LogFormat
-	}
-	str("socket", &cfg.API.Socket)
-	str("tcp-address", &cfg.API.TCPAddress)
-	str("token-file", &cfg.API.TokenFile)
-	str("podman-socket", &cfg.PodmanSocket)
-	str("bridge-network", &cfg.Bridge.Network)
-	str("bridge-iface", &cfg.Bridge.Iface)
-	str("bridge-subnet", &cfg.Bridge.Subnet)
-	str("gc-interval", &cfg.GCInterval)
-	str("gc-mode", &cfg.GCMode)
-	str("stop-timeout", &cfg.StopTimeout)
-	if f.Changed("retention") {
-		cfg.Retention, _ = f.GetInt("retention")
-	}
 }
 
 // ClientFlags are the flags of the commands that talk to an agent.

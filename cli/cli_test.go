@@ -2,14 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/berth/berth/agent"
 	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/node"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
@@ -132,6 +136,68 @@ func TestVersion(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("output %q lacks %q", out, w)
 				}
+			}
+		})
+	}
+}
+
+// `berth agent`: a flag given wins over the file, a flag's default never
+// does, and the old spellings of the API flags still work (deprecated).
+func TestAgentFlagsOverFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.hcl")
+	testenv.Must(t, os.WriteFile(file, []byte(`
+data_dir  = "/file/data"
+gc_mode   = "records"
+retention = 7
+bridge {
+  iface  = "file0"
+  subnet = "10.199.114.0/24"
+}
+api {
+  socket = "/file/b.sock"
+}
+`), 0o600))
+	fromFile := func(c *agent.Config) {
+		c.DataDir, c.GCMode, c.Retention = "/file/data", "records", 7
+		c.Bridge.Iface, c.Bridge.Subnet = "file0", "10.199.114.0/24"
+		c.API.Socket = "/file/b.sock"
+	}
+	cases := []struct {
+		name       string
+		args       []string
+		want       func(*agent.Config)
+		deprecated string
+	}{
+		{"file only", []string{"agent", "-config", file}, fromFile, ""},
+		{"flags over file", []string{"--data-dir", "/flag/data", "agent", "-config", file, "-bridge-iface", "flag0", "--api-socket", "/flag/b.sock", "--gc-interval", "1m", "--cni-path", "/a:/b"},
+			func(c *agent.Config) {
+				fromFile(c)
+				c.DataDir, c.Bridge.Iface, c.API.Socket, c.GCInterval, c.CNIPath = "/flag/data", "flag0", "/flag/b.sock", "1m", []string{"/a", "/b"}
+			}, ""},
+		{"old spellings", []string{"agent", "--config", file, "--socket", "/old/b.sock", "--tcp-address", "127.0.0.1:0", "--token-file", "/old/token"},
+			func(c *agent.Config) {
+				fromFile(c)
+				c.API.Socket, c.API.TCPAddress, c.API.TokenFile = "/old/b.sock", "127.0.0.1:0", "/old/token"
+			}, "--socket has been deprecated, use --api-socket"},
+		{"flags without a file", []string{"agent", "--retention", "3", "--bridge-subnet", "10.199.115.0/24"},
+			func(c *agent.Config) { c.Retention, c.Bridge.Subnet = 3, "10.199.115.0/24" }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			g := &Globals{Config: node.Default(), stdout: &out, stderr: &errb}
+			var got *agent.Config
+			g.runAgent = func(_ context.Context, c agent.Config) error { got = &c; return nil }
+			root := newRoot(g)
+			root.SetArgs(tc.args)
+			testenv.Must(t, root.Execute())
+			want := agent.DefaultConfig()
+			tc.want(&want)
+			if got == nil || !reflect.DeepEqual(*got, want) {
+				t.Fatalf("config:\n got %+v\nwant %+v", got, want)
+			}
+			if tc.deprecated != "" && !strings.Contains(errb.String(), tc.deprecated) {
+				t.Errorf("stderr %q lacks %q", errb.String(), tc.deprecated)
 			}
 		})
 	}

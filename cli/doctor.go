@@ -9,11 +9,12 @@ import (
 
 	"github.com/berth/berth/doctor"
 	"github.com/berth/berth/gc"
+	"github.com/berth/berth/node"
 )
 
-// DoctorOptions builds the doctor's inputs from the global flags. leaks
+// DoctorOptions builds the doctor's inputs from the node's settings. leaks
 // may be nil: the read-only BasicLeakFinder is used then.
-func (g *Globals) DoctorOptions(leaks doctor.LeakFinder) doctor.Options {
+func (g *Globals) DoctorOptions(n *node.Node, leaks doctor.LeakFinder) doctor.Options {
 	if leaks == nil {
 		leaks = doctor.BasicLeakFinder(doctor.BasicLeakOptions{
 			NetnsDir:    g.NetnsDir,
@@ -25,7 +26,7 @@ func (g *Globals) DoctorOptions(leaks doctor.LeakFinder) doctor.Options {
 	return doctor.Options{
 		NetnsDir: g.NetnsDir,
 		ConfDir:  g.CNIConfigDir,
-		CNI:      g.CNIClient(),
+		CNI:      n.CNI,
 		DataDir:  g.DataDir,
 		Podman:   doctor.PodmanOptions{Sockets: doctor.DefaultPodmanSockets(g.DataDir)},
 		Leaks:    leaks,
@@ -44,7 +45,11 @@ problem is printed with the command or setting that fixes it. Nothing is
 changed. Exit status 1 if any check fails; warnings do not fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep := doctor.Run(cmd.Context(), g.DoctorOptions(g.gcLeakFinder()))
+			n, err := g.newNode()
+			if err != nil {
+				return err
+			}
+			rep := doctor.Run(cmd.Context(), g.DoctorOptions(n, g.gcLeakFinder()))
 			if g.JSON {
 				if err := g.PrintJSON(rep); err != nil {
 					return err
@@ -68,14 +73,14 @@ func (g *Globals) gcLeakFinder() doctor.LeakFinder {
 		NetnsDir: g.NetnsDir, DataDir: g.DataDir, ConfDir: g.CNIConfigDir, CNICacheDir: g.CNICacheDir,
 	})
 	return func(ctx context.Context) ([]doctor.Finding, error) {
-		st, err := g.OpenStore(ctx)
+		n, err := g.openNode(ctx)
 		if err != nil {
 			return basic(ctx)
 		}
-		defer st.Close()
-		ds, open := g.gcDrivers()
-		rep, err := gc.Run(ctx, gc.Options{Attach: g.Manager(st), Store: st, StoreID: st.ID(), LockDir: g.LockDir,
-			Drivers: ds, OpenDriver: open, DryRun: true, Logger: g.Logger()})
+		defer g.closeNode(ctx, n)
+		opts := n.GCOptions()
+		opts.DryRun = true
+		rep, err := gc.Run(ctx, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -4,19 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/driver"
-	execdrv "github.com/berth/berth/driver/exec"
-	"github.com/berth/berth/driver/podman"
 	"github.com/berth/berth/gc"
-	"github.com/berth/berth/internal/proc"
-	"github.com/berth/berth/netns"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/store"
 )
 
@@ -35,30 +29,25 @@ be reclaimed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			opts := gc.Options{
-				DryRun:          dryRun,
-				IgnoreBackoff:   true,
-				ForeignPrefixes: prefixes,
-				ForeignNetworks: networks,
-				LockDir:         g.LockDir,
-				Logger:          g.Logger(),
-				StoreID:         store.IDFor(g.DataDir),
+			n, err := g.newNode()
+			if err != nil {
+				return err
 			}
-			st, err := g.OpenStore(ctx)
-			switch {
+			switch err := n.OpenStore(ctx); {
 			case err == nil:
-				defer st.Close()
-				opts.Store = st
-				opts.Attach = g.Manager(st)
 			case errors.Is(err, store.ErrCorrupt):
 				// The host must still be swept: what the lost store knew
 				// is found through the cache and the markers.
-				opts.StoreErr = err
-				opts.Attach = g.managerWithoutStore()
+				n.OpenWithoutStore(err)
 			default:
 				return err
 			}
-			opts.Drivers, opts.OpenDriver = g.gcDrivers()
+			defer g.closeNode(ctx, n)
+			opts := n.GCOptions()
+			opts.DryRun = dryRun
+			opts.IgnoreBackoff = true
+			opts.ForeignPrefixes = prefixes
+			opts.ForeignNetworks = networks
 			rep, err := gc.Run(ctx, opts)
 			if rep != nil {
 				if perr := g.printGCReport(rep); perr != nil {
@@ -81,46 +70,11 @@ be reclaimed.`,
 	return cmd
 }
 
-// managerWithoutStore is an attach.Manager for a store that cannot be
-// read: it can tidy networks, and knows no attachment.
-func (g *Globals) managerWithoutStore() *attach.Manager {
-	start, _ := proc.SelfStartTime()
-	return attach.New(attach.Options{
-		Netns:          netns.NewManager(g.NetnsDir),
-		CNI:            g.CNIClient(),
-		ConfDir:        g.CNIConfigDir,
-		Store:          gc.NoRecords{},
-		Logger:         g.Logger(),
-		LockDir:        g.LockDir,
-		OwnerPID:       os.Getpid(),
-		OwnerStartTime: start,
-	})
-}
-
-// gcDrivers gives gc the exec drivers, which cost nothing, and podman on
-// demand only: it may have to start a service.
-func (g *Globals) gcDrivers() (map[string]driver.Driver, func(context.Context, string) (driver.Driver, error)) {
-	log := g.Logger()
-	eo := execdrv.Options{Logger: log, StoreID: store.IDFor(g.DataDir)}
-	ds := map[string]driver.Driver{
-		execdrv.NameRawExec: execdrv.NewRawExec(eo),
-		execdrv.NameExec:    execdrv.NewExec(eo),
-	}
-	open := func(ctx context.Context, name string) (driver.Driver, error) {
-		if name == podman.Name {
-			return podman.New(ctx, podman.Options{DataDir: g.DataDir, Logger: log})
-		}
-		return nil, fmt.Errorf("%q: %w", name, driver.ErrUnknownDriver)
-	}
-	return ds, open
-}
-
 // ReplayPending finishes, in a quick command, what earlier berth processes
 // left half-done (see gc.ReplayPending). With nothing to do it reads the
 // store and /proc only.
-func (g *Globals) ReplayPending(ctx context.Context, st *store.Store, m *attach.Manager) {
-	ds, open := g.gcDrivers()
-	rep, err := gc.ReplayPending(ctx, gc.Options{Attach: m, Store: st, LockDir: g.LockDir, Drivers: ds, OpenDriver: open, Logger: g.Logger()})
+func (g *Globals) ReplayPending(ctx context.Context, n *node.Node) {
+	rep, err := gc.ReplayPending(ctx, n.GCOptions())
 	if err != nil {
 		g.Logger().Warn("replaying pending work failed", "err", err)
 		return
@@ -210,10 +164,10 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 // process that owns state (`berth run`): what a crashed berth left is
 // finished or undone before anything new starts. It logs what it reclaimed
 // and never fails the command: `berth gc` reports in detail.
-func (g *Globals) Reconcile(ctx context.Context, st *store.Store, m *attach.Manager) {
-	ds, open := g.gcDrivers()
-	rep, err := gc.Run(ctx, gc.Options{Attach: m, Store: st, LockDir: g.LockDir, Drivers: ds, OpenDriver: open,
-		Logger: g.Logger(), StoreID: st.ID(), TidyIdle: gc.DefaultTidyIdle})
+func (g *Globals) Reconcile(ctx context.Context, n *node.Node) {
+	opts := n.GCOptions()
+	opts.TidyIdle = gc.DefaultTidyIdle
+	rep, err := gc.Run(ctx, opts)
 	switch {
 	case err != nil:
 		g.Logger().Warn("reconcile at start failed; run `berth gc`", "err", err)

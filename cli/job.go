@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -21,7 +20,7 @@ func newJobCmd(g *Globals) *cobra.Command {
 		Short: "Submit, plan, stop and inspect jobs in a running berth agent",
 	}
 	cf.register(cmd)
-	cmd.AddCommand(newJobRunCmd(g, cf), newJobPlanCmd(g, cf), newJobStopCmd(g, cf), newJobStatusCmd(g, cf))
+	cmd.AddCommand(newJobRunCmd(g, cf), newJobPlanCmd(g, cf), newJobDispatchCmd(g, cf), newJobStopCmd(g, cf), newJobStatusCmd(g, cf))
 	return cmd
 }
 
@@ -34,17 +33,22 @@ func readJobFile(path string) ([]byte, error) {
 }
 
 func newJobRunCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "run JOBFILE",
+	vf := &VarFlags{}
+	cmd := &cobra.Command{
+		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
 		Short: "Submit a job to the agent (a running job with the same ID is stopped and replaced)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Submit a job to the agent. Its variables go with it: -var, the contents of -var-file and the
+NOMAD_VAR_<name> entries of this environment; the agent resolves them (file() and the other
+filesystem functions stay disabled there, as in Nomad's API). A parameterized job is registered and
+runs only when dispatched (berth job dispatch).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := readJobFile(args[0])
+			req, err := vf.submitRequest(args[0])
 			if err != nil {
 				return err
 			}
 			resp, err := agentCall(cf, func(c *api.Client) (*api.JobSubmitResponse, error) {
-				return c.SubmitJob(cmd.Context(), src, filepath.Base(args[0]))
+				return c.Submit(cmd.Context(), req)
 			})
 			if err != nil {
 				return err
@@ -54,18 +58,27 @@ func newJobRunCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			}
 			w := g.stdout
 			verb := "submitted"
+			if resp.Parameterized {
+				verb = "registered (parameterized: it runs only when dispatched)"
+			}
 			if resp.Replaced {
-				verb = "submitted; the running version was stopped and replaced"
+				verb += "; the running version was stopped and replaced"
 			}
 			fmt.Fprintf(w, "job %q %s\n", resp.JobID, verb)
 			for _, wn := range resp.Warnings {
 				fmt.Fprintf(w, "  warning: %s\n", wn)
 			}
 			printLaunches(g, resp.NextLaunches)
+			if resp.Parameterized {
+				fmt.Fprintf(w, "dispatch it with: berth job dispatch [-meta KEY=VALUE]... %s [PAYLOAD-FILE|-]\n", resp.JobID)
+				return nil
+			}
 			fmt.Fprintf(w, "follow it with: berth job status %s; berth alloc ls --job %s\n", resp.JobID, resp.JobID)
 			return nil
 		},
 	}
+	vf.register(cmd)
+	return cmd
 }
 
 func printLaunches(g *Globals, next []time.Time) {
@@ -79,17 +92,18 @@ func printLaunches(g *Globals, next []time.Time) {
 }
 
 func newJobPlanCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "plan JOBFILE",
+	vf := &VarFlags{}
+	cmd := &cobra.Command{
+		Use:   "plan [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
 		Short: "Validate a job in the agent and show what submitting it would do; changes nothing",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := readJobFile(args[0])
+			req, err := vf.submitRequest(args[0])
 			if err != nil {
 				return err
 			}
 			resp, err := agentCall(cf, func(c *api.Client) (*api.JobPlanResponse, error) {
-				return c.PlanJob(cmd.Context(), src, filepath.Base(args[0]))
+				return c.Plan(cmd.Context(), req)
 			})
 			if err != nil {
 				return err
@@ -117,15 +131,20 @@ func newJobPlanCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			for _, wn := range resp.Warnings {
 				fmt.Fprintf(w, "  warning: %s\n", wn)
 			}
-			if j.Periodic != nil {
+			switch {
+			case j.Parameterized != nil:
+				fmt.Fprintf(w, "  parameterized: registered, runs once per dispatch (payload %s)\n", j.Parameterized.Payload)
+			case j.Periodic != nil:
 				fmt.Fprintf(w, "  periodic %s (time zone %s)\n", strings.Join(j.Periodic.Crons, " | "), j.Periodic.TimeZone)
 				printLaunches(g, resp.NextLaunches)
-			} else {
+			default:
 				fmt.Fprintf(w, "  launches once, as soon as it is submitted\n")
 			}
 			return nil
 		},
 	}
+	vf.register(cmd)
+	return cmd
 }
 
 func newJobStopCmd(g *Globals, cf *ClientFlags) *cobra.Command {
@@ -188,6 +207,9 @@ func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 					if len(j.Periodic) > 0 {
 						typ += "/periodic"
 					}
+					if j.Parameterized {
+						typ += "/parameterized"
+					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", j.ID, dash(typ), j.Status, counts(j.Allocations), j.SubmittedAt.Local().Format(time.RFC3339), next)
 				}
 				return w.Flush()
@@ -203,6 +225,9 @@ func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			fmt.Fprintf(w, "ID\t%s\n", st.ID)
 			fmt.Fprintf(w, "Type\t%s\n", dash(st.Type))
 			fmt.Fprintf(w, "Status\t%s\n", st.Status)
+			if st.ParentID != "" {
+				fmt.Fprintf(w, "Parent\t%s\n", st.ParentID)
+			}
 			if len(st.Periodic) > 0 {
 				fmt.Fprintf(w, "Periodic\t%s\n", strings.Join(st.Periodic, " | "))
 			}

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/attach"
-	"github.com/berth/berth/store"
 )
 
 func newNetCmd(g *Globals) *cobra.Command {
@@ -23,17 +22,16 @@ func newNetCmd(g *Globals) *cobra.Command {
 	return cmd
 }
 
-// withManager opens the store and runs fn with a manager over it.
-func (g *Globals) withManager(ctx context.Context, fn func(*attach.Manager, *store.Store) error) error {
-	st, err := g.OpenStore(ctx)
+// withManager opens the node and runs fn with its attachment manager.
+func (g *Globals) withManager(ctx context.Context, fn func(*attach.Manager) error) error {
+	n, err := g.openNode(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	m := g.Manager(st)
+	defer g.closeNode(ctx, n)
 	// Finish what a crashed berth left half-done (a few µs when nothing is).
-	g.ReplayPending(ctx, st, m)
-	return fn(m, st)
+	g.ReplayPending(ctx, n)
+	return fn(n.Attach)
 }
 
 // ParsePort reads HOST:CONTAINER[/PROTO] into a CNI portMappings entry.
@@ -87,7 +85,7 @@ func newNetUpCmd(g *Globals) *cobra.Command {
 				}
 				req.Args[k] = v
 			}
-			return g.withManager(cmd.Context(), func(m *attach.Manager, _ *store.Store) error {
+			return g.withManager(cmd.Context(), func(m *attach.Manager) error {
 				st, err := m.Setup(cmd.Context(), req)
 				if err != nil {
 					return err
@@ -139,7 +137,7 @@ func newNetCheckCmd(g *Globals) *cobra.Command {
 		Short: "Run CNI CHECK on ID's attachment (exit 1 if it is misconfigured; `net up` heals it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return g.withManager(cmd.Context(), func(m *attach.Manager, _ *store.Store) error {
+			return g.withManager(cmd.Context(), func(m *attach.Manager) error {
 				st, err := m.Check(cmd.Context(), a[0])
 				if err != nil {
 					if errors.Is(err, attach.ErrCheckFailed) {
@@ -164,7 +162,7 @@ runtime; berth gc removes it once no interface of any runtime uses it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
-			return g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
+			return g.withManager(ctx, func(m *attach.Manager) error {
 				rep, err := m.Teardown(ctx, a[0])
 				if err != nil {
 					return err
@@ -176,7 +174,7 @@ runtime; berth gc removes it once no interface of any runtime uses it.`,
 				case rep.Nothing:
 					fmt.Fprintf(g.stdout, "%s: nothing to remove\n", a[0])
 				default:
-					fmt.Fprintf(g.stdout, "%s: removed (network %s, DEL %.1f ms, remove %.1f ms)\n", a[0], rep.Network, rep.Timings["del"], rep.Timings["remove"])
+					fmt.Fprintf(g.stdout, "%s: removed (network %s, DEL %.1f ms, remove %.1f ms)\n", a[0], rep.Network, rep.Timings.Del, rep.Timings.Remove)
 					if rep.Busy {
 						fmt.Fprintf(g.stdout, "  namespace was busy, detached; holders: %s\n", strings.Join(rep.Holders, "; "))
 					}

@@ -10,7 +10,6 @@ import (
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
-	"github.com/berth/berth/store"
 )
 
 func newNetnsCmd(g *Globals) *cobra.Command {
@@ -36,7 +35,7 @@ member processes).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var list []api.NetnsEntry
-			err := g.withManager(ctx, func(m *attach.Manager, _ *store.Store) error {
+			err := g.withManager(ctx, func(m *attach.Manager) error {
 				local, err := attach.ListNamespaces(ctx, m)
 				list = agent.WireNamespaces(local)
 				return err

@@ -11,20 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
-	"github.com/berth/berth/internal/proc"
-	"github.com/berth/berth/netns"
-	"github.com/berth/berth/store"
+	"github.com/berth/berth/agent"
+	"github.com/berth/berth/node"
 )
 
 // Version and Commit are stamped at build time (scripts/install.sh does):
@@ -38,23 +32,19 @@ var (
 	Commit  = ""
 )
 
-// DefaultDataDir is where berth keeps its store.
-const DefaultDataDir = "/var/lib/berth"
-
-// Globals are the flags every berth command accepts.
+// Globals are the flags every berth command accepts: the node's settings
+// (node.Config, one flag each) and --json.
 type Globals struct {
-	CNIConfigDir string
-	CNIPath      string
-	CNICacheDir  string
-	NetnsDir     string
-	DataDir      string
-	LockDir      string
-	LogLevel     string
-	LogFormat    string
-	JSON         bool
+	node.Config
+	JSON bool
 
+	// flags are the node's settings as flags, which win over the agent's
+	// file.
+	flags          *node.Flags
 	stdout, stderr io.Writer
 	logger         *slog.Logger
+	// runAgent runs the agent with its configuration; tests replace it.
+	runAgent func(context.Context, agent.Config) error
 }
 
 // Main runs berth with args and returns the process exit code.
@@ -82,27 +72,23 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 
 // NewRoot builds the command tree.
 func NewRoot(stdout, stderr io.Writer) *cobra.Command {
-	g := &Globals{stdout: stdout, stderr: stderr}
+	return newRoot(&Globals{Config: node.Default(), stdout: stdout, stderr: stderr})
+}
+
+func newRoot(g *Globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "berth",
 		Short:         "Run workloads in their own network namespaces, wired with CNI, and leave nothing behind",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return g.setupLogging()
+			return g.setup()
 		},
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.CNIConfigDir, "cni-config-dir", cni.DefaultConfDir, "directory of CNI network configurations (.conflist, .conf, .json)")
-	pf.StringVar(&g.CNIPath, "cni-path", strings.Join(cni.DefaultPluginPath(), ":"), "colon-separated directories searched for CNI plugins")
-	pf.StringVar(&g.CNICacheDir, "cni-cache-dir", cni.DefaultCacheDir, "libcni cache directory (shared with other CNI runtimes)")
-	pf.StringVar(&g.NetnsDir, "netns-dir", netns.DefaultDir, "directory where network namespaces are pinned")
-	pf.StringVar(&g.DataDir, "data-dir", DefaultDataDir, "directory of berth's state")
-	pf.StringVar(&g.LockDir, "lock-dir", attach.DefaultLockDir, "directory of the cross-process network locks")
-	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
-	pf.StringVar(&g.LogFormat, "log-format", "text", "log format: text or json")
+	g.flags = node.BindFlags(pf, &g.Config)
 	pf.BoolVar(&g.JSON, "json", false, "print results as JSON")
 
 	root.AddCommand(
@@ -116,24 +102,25 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		newJobCmd(g),
 		newAllocCmd(g),
 		newNetnsCmd(g),
+		newStoreCmd(g),
 	)
 	return root
 }
 
-func (g *Globals) setupLogging() error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(g.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: use debug, info, warn or error", g.LogLevel)
+// setup checks the node's settings (a relative path on the command line
+// is taken from the working directory) and makes the logger.
+func (g *Globals) setup() error {
+	if err := g.Config.Abs(); err != nil {
+		return err
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch g.LogFormat {
-	case "text":
-		g.logger = slog.New(slog.NewTextHandler(g.stderr, opts))
-	case "json":
-		g.logger = slog.New(slog.NewJSONHandler(g.stderr, opts))
-	default:
-		return fmt.Errorf("--log-format %q: use text or json", g.LogFormat)
+	if err := g.Config.Validate(); err != nil {
+		return err
 	}
+	log, err := g.Config.NewLogger(g.stderr)
+	if err != nil {
+		return err
+	}
+	g.logger = log
 	return nil
 }
 
@@ -148,45 +135,25 @@ func (g *Globals) Logger() *slog.Logger {
 // Stdout is where results go.
 func (g *Globals) Stdout() io.Writer { return g.stdout }
 
-// PluginPath splits --cni-path.
-func (g *Globals) PluginPath() []string {
-	var out []string
-	for _, p := range filepath.SplitList(g.CNIPath) {
-		if p != "" {
-			out = append(out, p)
-		}
+// newNode builds the node the flags describe, without its store: enough
+// to validate jobs.
+func (g *Globals) newNode() (*node.Node, error) {
+	return node.New(g.Config, node.Options{Logger: g.Logger()})
+}
+
+// openNode opens the node the flags describe: store, attachment manager,
+// drivers. closeNode ends it.
+func (g *Globals) openNode(ctx context.Context) (*node.Node, error) {
+	return node.Open(ctx, g.Config, node.Options{Logger: g.Logger()})
+}
+
+// closeNode closes the drivers a command made (a podman service berth
+// started) and the store; a failure is worth a warning, not the command's
+// result.
+func (g *Globals) closeNode(ctx context.Context, n *node.Node) {
+	if err := n.Close(ctx); err != nil {
+		g.Logger().Warn("closing drivers and store", "err", err)
 	}
-	return out
-}
-
-// CNIClient builds the CNI client the flags describe.
-func (g *Globals) CNIClient() *cni.Client {
-	return cni.NewClient(cni.Options{PluginPath: g.PluginPath(), CacheDir: g.CNICacheDir, Rules: hostclean.Rules{}, Logger: g.Logger()})
-}
-
-// OpenStore opens berth's store in the data dir, with an error that says
-// what to do when another berth owns it or it is damaged.
-func (g *Globals) OpenStore(ctx context.Context) (*store.Store, error) {
-	st, err := store.Open(ctx, g.DataDir, store.Options{Logger: g.Logger()})
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// Manager builds the attachment manager over an open store.
-func (g *Globals) Manager(st *store.Store) *attach.Manager {
-	start, _ := proc.SelfStartTime()
-	return attach.New(attach.Options{
-		Netns:          netns.NewManager(g.NetnsDir),
-		CNI:            g.CNIClient(),
-		ConfDir:        g.CNIConfigDir,
-		Store:          st,
-		Logger:         g.Logger(),
-		LockDir:        g.LockDir,
-		OwnerPID:       os.Getpid(),
-		OwnerStartTime: start,
-	})
 }
 
 // PrintJSON writes v as indented JSON.

@@ -4,81 +4,51 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/cni"
-	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/node"
 	"github.com/berth/berth/store"
 )
 
-// RunnerFlags are the settings of commands that run jobs.
-type RunnerFlags struct {
-	PodmanSocket string
-	BridgeName   string
-	BridgeIface  string
-	BridgeSubnet string
-}
-
-func (rf *RunnerFlags) register(cmd *cobra.Command) {
-	b := runner.DefaultBridge()
-	cmd.Flags().StringVar(&rf.PodmanSocket, "podman-socket", "", "podman service socket (default: berth starts its own under the data dir when none answers there)")
-	cmd.Flags().StringVar(&rf.BridgeName, "bridge-network", b.Network, "CNI network name of network mode \"bridge\"")
-	cmd.Flags().StringVar(&rf.BridgeIface, "bridge-iface", b.Bridge, "bridge interface of network mode \"bridge\"")
-	cmd.Flags().StringVar(&rf.BridgeSubnet, "bridge-subnet", b.Subnet, "subnet of network mode \"bridge\"")
-}
-
-func (rf *RunnerFlags) bridge() runner.BridgeConfig {
-	return runner.BridgeConfig{Network: rf.BridgeName, Bridge: rf.BridgeIface, Subnet: rf.BridgeSubnet}
-}
-
-// Drivers builds the driver set; podman is started only when a task needs it.
-func (g *Globals) Drivers(rf *RunnerFlags) *runner.Drivers {
-	return runner.StandardDrivers(runner.StandardOptions{PodmanSocket: rf.PodmanSocket, DataDir: g.DataDir, Logger: g.Logger()})
-}
-
-// ParseJob parses and validates a job file against this node, its drivers
-// and its CNI networks, and refuses it when this node does not meet its
-// constraints, datacenters or node pool (before anything is created).
-func (g *Globals) ParseJob(path string, drivers *runner.Drivers) (*jobspec.Job, error) {
-	node := jobspec.LocalNode()
-	job, err := g.parseJobFile(path, drivers, node, nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := job.Placement(node); err != nil {
-		return nil, err
-	}
-	return job, nil
-}
-
-func (g *Globals) parseJobFile(path string, drivers *runner.Drivers, node jobspec.NodeAttrs, vf *VarFlags) (*jobspec.Job, error) {
-	opts := jobspec.ParseOptions{
-		Node:    node,
-		Drivers: drivers.Validators(),
-		Users:   drivers.UserValidators(),
-		Network: func(name string) error {
-			_, err := cni.LoadNetwork(context.Background(), g.CNIConfigDir, name)
-			return err
-		},
-	}
+// parseJob parses and validates a job file against the node (its drivers
+// and CNI networks), with the job variables of vf and NOMAD_VAR_*. It
+// opens nothing: an invalid job leaves no data dir behind.
+func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
+	opts := n.ParseOptions(ctx)
 	opts.AllowFS = true
 	vf.apply(&opts)
 	return jobspec.ParseFile(path, opts)
 }
 
-// NomadArgs rewrites Nomad's single-dash -var and -var-file (also with
-// "=VALUE") to the --var and --var-file the flag parser knows, so a
-// command line written for `nomad job run` works unchanged. Arguments
-// after "--" are left alone.
+// placeJob is parseJob, then a refusal when this node does not meet the
+// job's constraints or node pool: before anything is created.
+func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
+	job, err := g.parseJob(ctx, n, path, vf)
+	if err != nil {
+		return nil, err
+	}
+	if err := job.Placement(n.Attrs); err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// nomadFlags are the long flags Nomad's commands spell with one dash that
+// berth's commands share: -var and -var-file (job run, plan, validate),
+// -meta and -detach (job dispatch).
+var nomadFlags = []string{"var", "var-file", "meta", "detach"}
+
+// NomadArgs rewrites Nomad's single-dash long flags (nomadFlags, also
+// with "=VALUE") to the double-dash ones the flag parser knows, so a
+// command line written for `nomad job run` or `nomad job dispatch` works
+// unchanged. Arguments after "--" are left alone.
 func NomadArgs(args []string) []string {
 	out := make([]string, len(args))
 	done := false
@@ -87,17 +57,20 @@ func NomadArgs(args []string) []string {
 		case done:
 		case a == "--":
 			done = true
-		case a == "-var", a == "-var-file", strings.HasPrefix(a, "-var="), strings.HasPrefix(a, "-var-file="):
-			a = "-" + a
+		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--"):
+			name, _, _ := strings.Cut(a[1:], "=")
+			if slices.Contains(nomadFlags, name) {
+				a = "-" + a
+			}
 		}
 		out[i] = a
 	}
 	return out
 }
 
-// VarFlags are the job-variable flags of validate (and, later, run and
-// job run/plan): -var NAME=VALUE and -var-file FILE, repeatable, plus
-// NOMAD_VAR_<name> from the environment.
+// VarFlags are the job-variable flags of validate, run and job run/plan:
+// -var NAME=VALUE and -var-file FILE, repeatable, plus NOMAD_VAR_<name>
+// from the environment.
 type VarFlags struct {
 	Vars     []string
 	VarFiles []string
@@ -118,7 +91,6 @@ func (vf *VarFlags) apply(opts *jobspec.ParseOptions) {
 }
 
 func newValidateCmd(g *Globals) *cobra.Command {
-	rf := &RunnerFlags{}
 	vf := &VarFlags{}
 	cmd := &cobra.Command{
 		Use:   "validate [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
@@ -129,7 +101,11 @@ meet) are printed and never change the exit status. Job variables come from -var
 NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the environment).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, err := g.parseJobFile(args[0], g.Drivers(rf), jobspec.LocalNode(), vf)
+			n, err := g.newNode()
+			if err != nil {
+				return err
+			}
+			job, err := g.parseJob(cmd.Context(), n, args[0], vf)
 			if err != nil {
 				return err
 			}
@@ -164,89 +140,61 @@ NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the en
 			return nil
 		},
 	}
-	rf.register(cmd)
 	vf.register(cmd)
 	return cmd
 }
 
 func newRunCmd(g *Globals) *cobra.Command {
-	rf := &RunnerFlags{}
 	var maxRuns int
 	var forDur time.Duration
+	var payload string
+	vf := &VarFlags{}
+	df := &DispatchFlags{}
 	cmd := &cobra.Command{
-		Use:   "run JOBFILE",
+		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... [-meta KEY=VALUE]... [--payload FILE|-] JOBFILE",
 		Short: "Run a job on this machine in the foreground; print each allocation and a summary with a leak check",
 		Long: `Run a job on this machine in the foreground. Each allocation prints a line (ID, status,
 exit codes, network setup and teardown ms); the summary gives allocations by status, setup and
 teardown p50/p99, teardown retries and holders, and a leak check of what this run created.
 Exit status 0 only if every allocation completed and nothing leaked. Ctrl-C stops launching,
-stops running tasks, tears their networks down and prints the summary.`,
+stops running tasks, tears their networks down and prints the summary. A parameterized job is
+dispatched once, with -meta and --payload, and the child job runs.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			drivers := g.Drivers(rf)
-			job, err := g.ParseJob(args[0], drivers)
+			n, err := g.newNode()
 			if err != nil {
 				return err
 			}
-			st, err := g.OpenStore(ctx)
+			job, err := g.placeJob(ctx, n, args[0], vf)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			m := g.Manager(st)
-			g.Reconcile(ctx, st, m)
-			self, _ := proc.SelfStartTime()
-			r := runner.New(runner.Options{
-				Attach: m, Store: st, Drivers: drivers,
-				AllocDir: filepath.Join(g.DataDir, "alloc"), Bridge: rf.bridge(),
-				Node: jobspec.LocalNode(), Logger: g.Logger(),
-				OwnerPID: os.Getpid(), OwnerStartTime: self,
-			})
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				defer cancel()
-				if err := drivers.Close(cctx); err != nil {
-					g.Logger().Warn("closing drivers", "err", err)
-				}
-			}()
-			if !g.JSON {
-				fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
+			if job, err = dispatchForeground(job, df, payload, cmd.InOrStdin()); err != nil {
+				return err
 			}
-			sum, err := r.RunJob(ctx, job, runner.RunOptions{
-				MaxRuns: maxRuns, For: forDur,
-				OnStart: func(a *store.Allocation) {
-					if !g.JSON {
-						fmt.Fprintln(g.stdout, startLine(a))
-					}
-				},
-				OnAlloc: func(a *store.Allocation) {
-					if g.JSON {
-						return
-					}
-					fmt.Fprintf(g.stdout, "%-36s  %-8s  %-6s  %9.1f  %11.1f\n", a.ID, a.Status, exitCodes(a), a.TimingsMS["netns"]+a.TimingsMS["add"], a.TimingsMS["del"]+a.TimingsMS["remove"])
-					if a.StatusDesc != "" && a.Status != store.AllocComplete {
-						fmt.Fprintf(g.stdout, "    %s\n", a.StatusDesc)
-					}
-				},
-			})
+			if err := n.OpenStore(ctx); err != nil {
+				return err
+			}
+			defer g.closeNode(ctx, n)
+			g.Reconcile(ctx, n)
+			r := n.Runner()
+			out := newRunOutput(g.stdout, g.JSON)
+			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
+			out.close()
 			if err != nil {
 				return err
 			}
-			if g.JSON {
-				if err := g.PrintJSON(sum); err != nil {
-					return err
-				}
-			} else {
-				printSummary(g, agent.WireSummary(sum))
-			}
+			out.summary(g, sum)
 			if !sum.OK() {
 				return exitCode(1)
 			}
 			return nil
 		},
 	}
-	rf.register(cmd)
+	vf.register(cmd)
+	df.register(cmd)
+	cmd.Flags().StringVar(&payload, "payload", "", "the dispatch payload of a parameterized job: a file, or - for standard input")
 	cmd.Flags().IntVar(&maxRuns, "max-runs", 0, "stop a periodic job after N launches (0: no limit)")
 	cmd.Flags().DurationVar(&forDur, "for", 0, "stop launching and stop running tasks after this long (0: no limit)")
 	return cmd

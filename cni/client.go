@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -176,6 +177,15 @@ func (c *Client) Add(ctx context.Context, net *Network, a *Attachment) (*Result,
 	defer cancel()
 	rt := a.runtimeConf()
 	r, err := c.cni.AddNetworkList(ctx, net.List, rt)
+	if err != nil && chainRace(err) && ctx.Err() == nil {
+		// The firewall and portmap plugins create their shared chains
+		// with check-then-create: two first ADDs at once (any runtimes)
+		// and one fails. Undo the half and go again; the chain is there
+		// now.
+		if derr := c.Del(ctx, net, net.Name(), a); derr == nil {
+			r, err = c.cni.AddNetworkList(ctx, net.List, rt)
+		}
+	}
 	if err != nil {
 		return nil, c.wrap(ctx, "ADD", net, a.ContainerID, err)
 	}
@@ -184,6 +194,14 @@ func (c *Client) Add(ctx context.Context, net *Network, a *Attachment) (*Result,
 		return nil, c.wrap(ctx, "ADD", net, a.ContainerID, err)
 	}
 	return res, nil
+}
+
+// chainRace says whether a plugin failed because another created a shared
+// chain between its check and its create (iptables-nft says "CHAIN_USER_ADD
+// failed (File exists)", iptables-legacy "Chain already exists").
+func chainRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "CHAIN_USER_ADD failed (File exists)") || strings.Contains(msg, "Chain already exists")
 }
 
 // Check verifies an attachment against its cached result. A network that
@@ -280,40 +298,6 @@ func (c *Client) CachedResult(net *Network, a *Attachment) (*Result, error) {
 		return nil, err
 	}
 	return NewResult(r, rt.IfName)
-}
-
-// CachedAttachment is one entry of libcni's cache.
-type CachedAttachment struct {
-	ContainerID string `json:"container_id"`
-	Network     string `json:"network"`
-	IfName      string `json:"ifname"`
-	NetNS       string `json:"netns"`
-	// Args are the CNI_ARGS the attachment was made with.
-	Args map[string]string `json:"args,omitempty"`
-}
-
-// CachedAttachments lists libcni's cache entries, of one container when
-// containerID is set.
-func (c *Client) CachedAttachments(ctx context.Context, containerID string) ([]CachedAttachment, error) {
-	atts, err := c.cni.GetCachedAttachments(containerID)
-	if err != nil {
-		return nil, fmt.Errorf("read CNI cache %s: %w", c.cacheDir, err)
-	}
-	out := make([]CachedAttachment, 0, len(atts))
-	for _, a := range atts {
-		ca := CachedAttachment{ContainerID: a.ContainerID, Network: a.Network, IfName: a.IfName, NetNS: a.NetNS, Args: map[string]string{}}
-		for _, kv := range a.CniArgs {
-			ca.Args[kv[0]] = kv[1]
-		}
-		out = append(out, ca)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Network != out[j].Network {
-			return out[i].Network < out[j].Network
-		}
-		return out[i].ContainerID < out[j].ContainerID
-	})
-	return out, nil
 }
 
 // PluginVersions asks a plugin binary which spec versions it supports.

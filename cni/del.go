@@ -12,7 +12,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
-	"github.com/berth/berth/internal/hostlocal"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/netns"
 )
 
@@ -134,10 +134,10 @@ func leasedAddrs(nw *Network, containerID, ifname string) []*net.IPNet {
 	for _, p := range nw.List.Plugins {
 		confs = append(confs, p.Bytes)
 	}
-	hl := hostlocal.FromPlugins(nw.Name(), confs)
+	hl := evidence.HostLocalFromPlugins(nw.Name(), confs)
 	var out []*net.IPNet
 	for _, dir := range hl.Dirs {
-		leases, _ := hostlocal.ReadDir(dir)
+		leases, _ := evidence.ReadLeases(dir)
 		for _, l := range leases {
 			subnet, ok := hl.Contains(l.IP)
 			if ok && l.ID == containerID && (l.IfName == "" || l.IfName == ifname) {

@@ -20,14 +20,29 @@ import (
 // is used up).
 type fakeExec struct {
 	mu      sync.Mutex
+	addErrs []error
+	adds    []string // plugin type of each ADD, in call order
 	delErrs []error
 	dels    []string // plugin type of each DEL, in call order
 	block   bool     // DEL waits for the context to end
 }
 
 func (f *fakeExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+	if hasEnv(environ, "CNI_COMMAND=ADD") {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.adds = append(f.adds, filepath.Base(pluginPath))
+		if len(f.addErrs) > 0 {
+			err := f.addErrs[0]
+			f.addErrs = f.addErrs[1:]
+			if err != nil {
+				return nil, err
+			}
+		}
+		return []byte(`{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"10.199.1.2/24","interface":0}]}`), nil
+	}
 	if !hasEnv(environ, "CNI_COMMAND=DEL") {
-		return nil, fmt.Errorf("fake plugin: only DEL is scripted, got %v", environ)
+		return nil, fmt.Errorf("fake plugin: only ADD and DEL are scripted, got %v", environ)
 	}
 	if f.block {
 		<-ctx.Done()
@@ -179,4 +194,39 @@ func fakeNetwork(t *testing.T) *Network {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestAddRetriesChainRace: a plugin that lost the race to create a shared
+// chain (another ADD made it between its check and its create) fails ADD;
+// Add undoes the half and ADDs again, once.
+func TestAddRetriesChainRace(t *testing.T) {
+	race := errors.New("running [/usr/sbin/iptables -t filter -N CNI-ADMIN --wait]: exit status 4: iptables v1.8.9 (nf_tables):  CHAIN_USER_ADD failed (File exists): chain CNI-ADMIN")
+	other := errors.New("no such device")
+	tests := []struct {
+		name              string
+		addErrs           []error
+		wantAdds, wantDel string
+		wantErr           bool
+	}{
+		{"no race", nil, "br,fwd", "", false},
+		{"race, then fine", []error{nil, race}, "br,fwd,br,fwd", "fwd,br", false},
+		{"race twice: no third try", []error{nil, race, nil, race}, "br,fwd,br,fwd", "fwd,br", true},
+		{"another failure: not retried", []error{nil, other}, "br,fwd", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fe := &fakeExec{addErrs: tc.addErrs}
+			c := NewClient(Options{PluginPath: []string{"/fake"}, CacheDir: t.TempDir(), Exec: fe, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			_, err := c.Add(context.Background(), fakeNetwork(t), &Attachment{ContainerID: "id-1", NetNS: "/nonexistent/netns/x"})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Add: %v, want error %v", err, tc.wantErr)
+			}
+			if got := strings.Join(fe.adds, ","); got != tc.wantAdds {
+				t.Errorf("ADDs %q, want %q", got, tc.wantAdds)
+			}
+			if got := strings.Join(fe.dels, ","); got != tc.wantDel {
+				t.Errorf("DELs %q, want %q", got, tc.wantDel)
+			}
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -715,6 +716,46 @@ func TestBasicLeakFinder(t *testing.T) {
 			t.Errorf("another runtime's namespace reported: %v", fs)
 		}
 	})
+	t.Run("another berth's cache names the namespace", func(t *testing.T) {
+		other := t.TempDir()
+		if err := os.Mkdir(filepath.Join(other, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(other, "results", prefix+"net-"+leak+"-eth0"),
+			[]byte(`{"kind":"cniCacheV1","containerId":"`+leak+`","networkName":"`+prefix+`net","ifName":"eth0","netns":"`+leakPath+`","cniArgs":[["BERTH_ID","`+leak+`"],["BERTH_STORE","0123456789ab"]]}`), 0o600)
+		if fs := find(t, known, other); has(fs, "netns", leak) {
+			t.Errorf("another berth's namespace reported: %v", fs)
+		}
+	})
+}
+
+// TestForeignCacheEntries: what is not this berth's, by evidence.Owned.
+func TestForeignCacheEntries(t *testing.T) {
+	dataDir := t.TempDir()
+	mine := store.IDFor(dataDir)
+	cache := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cache, "results"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(id string, args string) {
+		writeFile(t, filepath.Join(cache, "results", "n-"+id+"-eth0"),
+			[]byte(`{"kind":"cniCacheV1","containerId":"`+id+`","networkName":"n","ifName":"eth0","netns":"/run/netns/`+id+`","cniArgs":[`+args+`]}`), 0o600)
+	}
+	entry("mine", `["BERTH_ID","mine"],["BERTH_STORE","`+mine+`"]`)
+	entry("old-berth", `["BERTH_ID","old-berth"]`)
+	entry("other-berth", `["BERTH_ID","other-berth"],["BERTH_STORE","0123456789ab"]`)
+	entry("podman", `["IgnoreUnknown","1"]`)
+	ids, paths, err := foreignCacheEntries(ctxFor(t), cache, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"other-berth": true, "podman": true}
+	if !reflect.DeepEqual(ids, want) {
+		t.Errorf("foreign IDs %v, want %v", ids, want)
+	}
+	if len(paths) != 2 || !paths["/run/netns/podman"] || !paths["/run/netns/other-berth"] {
+		t.Errorf("foreign paths %v", paths)
+	}
 }
 
 func TestCheckLeftovers(t *testing.T) {

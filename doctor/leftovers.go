@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +12,7 @@ import (
 	"strings"
 
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/hostclean"
-	"github.com/berth/berth/internal/hostlocal"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -94,16 +92,16 @@ type BasicLeakOptions struct {
 	NetnsDir     string // netns.DefaultDir
 	DataDir      string // berth's store; required
 	ConfDir      string // cni.DefaultConfDir: berth's networks
-	HostLocalDir string // hostclean.HostLocalDir
+	HostLocalDir string // evidence.HostLocalDir
 	CNICacheDir  string // cni.DefaultCacheDir
 }
 
 // BasicLeakFinder is a read-only stand-in for a gc dry run: namespaces in
 // the netns dir that berth's store does not know, and host-local leases of
 // berth's networks (those in the config dir or in the store) held by
-// container IDs the store does not know. Namespaces and IDs that another
-// runtime's libcni cache entries name (entries without BERTH_ID) are that
-// runtime's and are not reported.
+// container IDs the store does not know. Namespaces and IDs that libcni
+// cache entries of another runtime or of another berth (another data dir)
+// name are theirs (evidence.Owned) and are not reported.
 func BasicLeakFinder(o BasicLeakOptions) LeakFinder {
 	if o.NetnsDir == "" {
 		o.NetnsDir = netns.DefaultDir
@@ -112,7 +110,7 @@ func BasicLeakFinder(o BasicLeakOptions) LeakFinder {
 		o.ConfDir = cni.DefaultConfDir
 	}
 	if o.HostLocalDir == "" {
-		o.HostLocalDir = hostclean.HostLocalDir
+		o.HostLocalDir = evidence.HostLocalDir
 	}
 	if o.CNICacheDir == "" {
 		o.CNICacheDir = cni.DefaultCacheDir
@@ -142,7 +140,7 @@ func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
 			networks[r.Network] = true
 		}
 	}
-	foreignID, foreignPath, err := foreignCacheEntries(o.CNICacheDir)
+	foreignID, foreignPath, err := foreignCacheEntries(ctx, o.CNICacheDir, store.IDFor(o.DataDir))
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +177,7 @@ func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		leases, err := hostlocal.ReadDir(filepath.Join(o.HostLocalDir, n))
+		leases, err := evidence.ReadLeases(filepath.Join(o.HostLocalDir, n))
 		if err != nil {
 			return nil, err
 		}
@@ -212,39 +210,16 @@ func readRecords(ctx context.Context, dataDir string) ([]*store.Attachment, erro
 	return recs, nil
 }
 
-// foreignCacheEntries reads libcni's cache for attachments made by other
-// runtimes (no BERTH_ID in their CNI_ARGS): their container IDs and
-// namespace paths.
-func foreignCacheEntries(cacheDir string) (ids, paths map[string]bool, err error) {
-	ids, paths = map[string]bool{}, map[string]bool{}
-	dir := filepath.Join(cacheDir, "results")
-	des, err := os.ReadDir(dir)
+// foreignCacheEntries reads libcni's cache for attachments that are not
+// this berth's: their container IDs and namespace paths.
+func foreignCacheEntries(ctx context.Context, cacheDir, storeID string) (ids, paths map[string]bool, err error) {
+	entries, err := evidence.ReadCache(ctx, cacheDir, "")
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return ids, paths, nil
-		}
-		return nil, nil, fmt.Errorf("read CNI cache %s: %w", dir, err)
+		return nil, nil, err
 	}
-	for _, de := range des {
-		b, err := os.ReadFile(filepath.Join(dir, de.Name()))
-		if err != nil {
-			continue
-		}
-		var e struct {
-			ContainerID string      `json:"containerId"`
-			NetNS       string      `json:"netns"`
-			CNIArgs     [][2]string `json:"cniArgs"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.ContainerID == "" {
-			continue
-		}
-		berth := false
-		for _, kv := range e.CNIArgs {
-			if kv[0] == "BERTH_ID" {
-				berth = true
-			}
-		}
-		if berth {
+	ids, paths = map[string]bool{}, map[string]bool{}
+	for _, e := range entries {
+		if evidence.Owned(e, storeID) == evidence.Mine {
 			continue
 		}
 		ids[e.ContainerID] = true

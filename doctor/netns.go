@@ -1,8 +1,6 @@
 package doctor
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/netns"
 )
 
@@ -99,84 +98,6 @@ func CheckNetnsKernel(ctx context.Context, procDir string) Check {
 	return c
 }
 
-// mountEntry is one line of a mountinfo file.
-type mountEntry struct {
-	id, parent int
-	mountPoint string
-	optional   string
-	fsType     string
-	source     string
-}
-
-// readMountinfo parses a /proc/<pid>/mountinfo file.
-func readMountinfo(path string) ([]mountEntry, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return parseMountinfo(b, path)
-}
-
-func parseMountinfo(b []byte, path string) ([]mountEntry, error) {
-	var out []mountEntry
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 7 || sep < 0 || sep+2 >= len(f) {
-			return nil, fmt.Errorf("%s line %d: unexpected format %q", path, n, sc.Text())
-		}
-		id, err1 := strconv.Atoi(f[0])
-		parent, err2 := strconv.Atoi(f[1])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%s line %d: bad mount ids in %q", path, n, sc.Text())
-		}
-		out = append(out, mountEntry{
-			id:         id,
-			parent:     parent,
-			mountPoint: unescapeMountinfo(f[4]),
-			optional:   strings.Join(f[6:sep], " "),
-			fsType:     f[sep+1],
-			source:     unescapeMountinfo(f[sep+2]),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return out, nil
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space,
-// \011, \012, \134) in mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var sb strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				sb.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		sb.WriteByte(s[i])
-	}
-	return sb.String()
-}
-
 // CheckNetnsDir looks at the namespace directory's mounts in mountinfoPath
 // (/proc/self/mountinfo). iproute2, podman and berth all make the
 // directory a shared bind mount of itself, so that pins propagate to (and
@@ -200,15 +121,15 @@ func CheckNetnsDir(dir, mountinfoPath string) Check {
 		c.Fix = fmt.Sprintf("remove %s (or pass --netns-dir); berth and `ip netns` need a directory there", dir)
 		return c
 	}
-	mounts, err := readMountinfo(mountinfoPath)
+	mounts, err := evidence.ReadMountinfo(mountinfoPath)
 	if err != nil {
 		c.Status, c.Message = StatusFail, err.Error()
 		c.Fix = "mount /proc"
 		return c
 	}
-	var at []mountEntry
+	var at []evidence.Mount
 	for _, m := range mounts {
-		if m.mountPoint == dir {
+		if m.MountPoint == dir {
 			at = append(at, m)
 		}
 	}
@@ -224,14 +145,14 @@ func CheckNetnsDir(dir, mountinfoPath string) Check {
 	default:
 		// The last entry is the mount on top, the one new pins go into.
 		top := at[len(at)-1]
-		if !strings.Contains(top.optional, "shared:") {
+		if !top.Shared() {
 			c.Status = StatusWarn
 			c.Message = fmt.Sprintf("%s is a mount point but not shared: namespaces pinned there do not propagate to other mount namespaces, and copies made there keep removed namespaces alive", dir)
 			c.Fix = fmt.Sprintf("mount --make-shared %s", dir)
 			return c
 		}
 		c.Status = StatusOK
-		c.Message = fmt.Sprintf("%s is one shared mount (%s)", dir, top.optional)
+		c.Message = fmt.Sprintf("%s is one shared mount (%s)", dir, top.Optional)
 	}
 	return c
 }

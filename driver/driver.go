@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/berth/berth/store"
@@ -45,11 +46,14 @@ type Task struct {
 	// SharedDir and TaskDir); empty means none (raw_exec only).
 	AllocDir    string
 	KillTimeout time.Duration
+	// KillSignal is what Stop sends first (the job's kill_signal); 0
+	// means SIGTERM.
+	KillSignal syscall.Signal
+	Resources  Resources
 	// User is who the task runs as; empty is the driver's default (berth's
 	// own user for raw_exec, nobody for exec, the image's for podman).
-	User      string
-	Resources Resources
-	Logs      LogConfig
+	User string
+	Logs LogConfig
 	// Labels are attached to whatever the driver creates (container labels),
 	// so an orphan can be found by them after a crash.
 	Labels map[string]string
@@ -81,6 +85,21 @@ func SharedDir(allocDir string) string { return filepath.Join(allocDir, "alloc")
 // (NOMAD_TASK_DIR), secrets/ (NOMAD_SECRETS_DIR) and tmp/ in it.
 func TaskDir(allocDir, task string) string { return filepath.Join(allocDir, task) }
 
+// TaskPaths are where a task sees its allocation's shared dir, its local
+// dir and its secrets dir (NOMAD_ALLOC_DIR, NOMAD_TASK_DIR,
+// NOMAD_SECRETS_DIR).
+type TaskPaths struct {
+	AllocDir, TaskDir, SecretsDir string
+}
+
+// PathMapper is a driver whose tasks see a filesystem of their own (a
+// container's, exec's root): it says where the task's directories appear
+// there. For any other driver, or when TaskPaths is the zero value (the
+// raw_exec side of the exec package's Driver), they are the host's paths.
+type PathMapper interface {
+	TaskPaths() TaskPaths
+}
+
 // ExitResult is how a task ended.
 type ExitResult struct {
 	ExitCode   int
@@ -104,7 +123,7 @@ type Handle interface {
 	State() store.TaskHandle
 	// Wait blocks until the task exits or ctx ends.
 	Wait(ctx context.Context) (*ExitResult, error)
-	// Stop asks the task to stop (SIGTERM, or the container's stop signal)
+	// Stop asks the task to stop (its Task.KillSignal, SIGTERM by default)
 	// and kills it after timeout.
 	Stop(ctx context.Context, timeout time.Duration) error
 	// Destroy releases everything the driver holds for the task: the

@@ -30,6 +30,7 @@ import (
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/metrics"
 	"github.com/berth/berth/netns"
+	"github.com/berth/berth/node"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
@@ -444,7 +445,7 @@ func TestPrometheusScrapesAgent(t *testing.T) {
 	// this shared host. No periodic run: only the test's gc runs count.
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
-	cfg.Bridge = &agent.BridgeConfig{Network: "btex-br-" + testenv.RandSuffix(6), Iface: "btex" + testenv.RandSuffix(6), Subnet: "10.199.161.0/24"}
+	cfg.Bridge = &node.Bridge{Network: "btex-br-" + testenv.RandSuffix(6), Iface: "btex" + testenv.RandSuffix(6), Subnet: "10.199.161.0/24"}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock"), TCPAddress: "127.0.0.1:0", TokenFile: tokenFile}
 	a := startAgent(t, cfg, filepath.Join(dir, "agent.log"))
 	c, err := api.NewClient("http://"+a.TCPAddr(), token)

@@ -14,9 +14,13 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/flock"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
 )
@@ -54,10 +58,10 @@ func mustAllExit0(t *testing.T, what string, rs []result) {
 // startAgent runs `berth agent` on the env's data dir, collecting garbage
 // every 100 ms so that its sweeps race the CLI processes. It is stopped
 // (SIGTERM, by its PID) at the end of the test.
-func (e *env) startAgent(t *testing.T) {
+func (e *env) startAgent(t *testing.T) (socket string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "berth.sock")
-	args := append(e.flags(e.dataDir), "agent", "--socket", sock, "--gc-interval", "100ms")
+	args := append(e.flags(e.dataDir), "agent", "--api-socket", sock, "--gc-interval", "100ms")
 	cmd := exec.Command(berthBin, args...)
 	stderr, err := cmd.StderrPipe()
 	testenv.Must(t, err)
@@ -100,6 +104,7 @@ func (e *env) startAgent(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("agent not ready within a minute")
 	}
+	return sock
 }
 
 // TestManyProcessesOneDataDir: 8 `net up` at once, then a gc, a dry-run gc
@@ -234,5 +239,188 @@ func TestForeignBridgeKept(t *testing.T) {
 
 	testenv.Run(t, "ip", "link", "del", foreign)
 	e.mustBerth(t, "gc")
+	e.assertClean(t, id)
+}
+
+// TestRunBesideAgent: `berth run` on the data dir of a running agent runs
+// on its own, in the same store: its reconcile at start spares the agent's
+// running allocation, its job completes with a start line per allocation
+// and a clean leak check, and the agent's allocation still runs after it.
+func TestRunBesideAgent(t *testing.T) {
+	e := newEnv(t, full("10.199.108.0/24"))
+	sock := e.startAgent(t)
+	dir := t.TempDir()
+	svc := filepath.Join(dir, "svc.nomad.hcl")
+	batch := filepath.Join(dir, "batch.nomad.hcl")
+	job := func(name, typ, cmd string, count int) string {
+		return fmt.Sprintf(`job %q {
+  type = %q
+  group "g" {
+    count = %d
+    network { mode = "cni/%s" }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+    }
+  }
+}
+`, name, typ, count, e.net.Name, cmd)
+	}
+	testenv.Must(t, os.WriteFile(svc, []byte(job("btgc-svc", "service", "sleep 300", 1)), 0o644))
+	testenv.Must(t, os.WriteFile(batch, []byte(job("btgc-batch", "batch", "exit 0", 3)), 0o644))
+	addr := "unix://" + sock
+	e.mustBerth(t, "job", "run", "--address", addr, svc)
+	t.Cleanup(func() { e.berth(t, e.dataDir, "", "job", "stop", "--address", addr, "btgc-svc") })
+
+	// The service's allocation, once its namespace exists.
+	var svcNetns string
+	deadline := time.Now().Add(time.Minute)
+	for svcNetns == "" && time.Now().Before(deadline) {
+		st := e.openStore(t)
+		allocs, err := st.ListAllocations(context.Background(), store.AllocFilter{JobID: "btgc-svc", Status: store.AllocRunning})
+		testenv.Must(t, err)
+		st.Close()
+		if len(allocs) == 1 && allocs[0].Network != nil {
+			svcNetns = allocs[0].Network.NetnsPath
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if svcNetns == "" {
+		t.Fatal("the agent's service allocation did not start")
+	}
+
+	r := e.mustBerth(t, "run", batch)
+	if n := strings.Count(r.stdout, " started "); n != 3 {
+		t.Errorf("berth run printed %d start lines, want 3:\n%s", n, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "leak check: nothing left") {
+		t.Errorf("berth run's leak check:\n%s", r.stdout)
+	}
+	if _, err := os.Stat(svcNetns); err != nil {
+		t.Errorf("berth run beside the agent removed the agent's namespace %s: %v", svcNetns, err)
+	}
+	st := e.openStore(t)
+	allocs, err := st.ListAllocations(context.Background(), store.AllocFilter{JobID: "btgc-svc"})
+	testenv.Must(t, err)
+	st.Close()
+	if len(allocs) != 1 || allocs[0].Status != store.AllocRunning {
+		t.Errorf("the agent's allocation after berth run: %+v", allocs)
+	}
+	e.mustBerth(t, "job", "stop", "--address", addr, "btgc-svc")
+}
+
+// TestDamagedRecordBesideAgent: one damaged allocation record (a byte
+// changed) does not break the agent's listings or its gauges; `berth store
+// check` names it and `berth store rm` removes it, beside the running agent.
+func TestDamagedRecordBesideAgent(t *testing.T) {
+	e := newEnv(t, full("10.199.109.0/24"))
+	sock := e.startAgent(t)
+	st := e.openStore(t)
+	ctx := context.Background()
+	for _, id := range []string{"btgc-good-alloc", "btgc-bad-alloc"} {
+		testenv.Must(t, st.PutAllocation(ctx, &store.Allocation{ID: id, JobID: "btgc-job", Status: store.AllocComplete}))
+	}
+	st.Close()
+	damageRecord(t, e.dataDir, "allocations", "btgc-bad-alloc")
+
+	c, err := api.NewClient("unix://"+sock, "")
+	testenv.Must(t, err)
+	defer c.Close()
+	allocs, err := c.Allocations(ctx, "")
+	if err != nil {
+		t.Fatalf("listing allocations beside a damaged record: %v", err)
+	}
+	statuses := map[string]string{}
+	for _, a := range allocs {
+		statuses[a.ID] = a.Status
+	}
+	if statuses["btgc-good-alloc"] != "complete" || statuses["btgc-bad-alloc"] != string(store.AllocUnreadable) {
+		t.Errorf("allocations listed: %v", statuses)
+	}
+	metrics, err := c.Metrics(ctx)
+	testenv.Must(t, err)
+	if !strings.Contains(metrics, `status="unreadable"`) {
+		t.Errorf("/metrics has no allocation gauge for unreadable records")
+	}
+
+	r := e.berth(t, e.dataDir, "", "store", "check")
+	if r.status.ExitStatus() != 1 || !strings.Contains(r.stdout, "btgc-bad-alloc") {
+		t.Errorf("store check: %v\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	e.mustBerth(t, "store", "rm", "allocation", "btgc-bad-alloc")
+	e.mustBerth(t, "store", "check")
+}
+
+// damageRecord flips a byte of one record in place, under the store's
+// transaction lock, as a damaged disk block would.
+func damageRecord(t *testing.T, dataDir, bucket, key string) {
+	t.Helper()
+	l, err := flock.Acquire(context.Background(), filepath.Join(dataDir, store.TxLockFile), flock.Options{Exclusive: true})
+	testenv.Must(t, err)
+	defer l.Unlock()
+	db, err := bolt.Open(filepath.Join(dataDir, store.DBFile), 0o600, nil)
+	testenv.Must(t, err)
+	defer db.Close()
+	testenv.Must(t, db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucket))
+		v := append([]byte(nil), b.Get([]byte(key))...)
+		v[0] = '!'
+		return b.Put([]byte(key), v)
+	}))
+}
+
+// TestDamagedAttachmentKept: gc keeps an attachment whose record does not
+// decode (never swept as nobody's); `berth net down` tears it down from
+// libcni's cache and drops the record.
+func TestDamagedAttachmentKept(t *testing.T) {
+	e := newEnv(t, full("10.199.107.0/24"))
+	id := e.id()
+	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
+	damageRecord(t, e.dataDir, "attachments", id)
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || len(rep.Found) != 0 {
+		t.Fatalf("gc with a damaged attachment record: %v found %+v errors %v", r.status, rep.Found, rep.Errors)
+	}
+	if !has(rep.Kept, gc.KindAttachment, id) {
+		t.Errorf("gc does not report the damaged record as kept: %+v", rep.Kept)
+	}
+	if _, err := os.Stat("/run/netns/" + id); err != nil {
+		t.Fatalf("namespace of a damaged record removed: %v", err)
+	}
+	if r := e.berth(t, e.dataDir, "", "net", "up", id, "--network", e.net.Name); r.status.ExitStatus() == 0 || !strings.Contains(r.stderr, "net down") {
+		t.Errorf("net up over a damaged record: %v\n%s", r.status, r.stderr)
+	}
+	e.downThenGC(t, id)
+	e.assertClean(t, id)
+}
+
+// TestSameIDTwoProcesses: two `net up` of one ID at once, in two
+// processes: one creates it, the other waits for it and CHECKs it; both
+// exit 0 with the same address.
+func TestSameIDTwoProcesses(t *testing.T) {
+	e := newEnv(t, full("10.199.112.0/24"))
+	id := e.id()
+	up := []string{"net", "up", id, "--network", e.net.Name, "--json"}
+	rs := e.parallel(t, [][]string{up, up})
+	mustAllExit0(t, "net up of one ID", rs)
+	var created, checked int
+	var addrs []string
+	for _, r := range rs {
+		var st attach.Status
+		testenv.Must(t, json.Unmarshal([]byte(r.stdout), &st))
+		if st.Created {
+			created++
+		} else if st.CheckSkipped == "" {
+			checked++
+		}
+		addrs = append(addrs, strings.Join(st.IPv4, ","))
+	}
+	if created != 1 || checked != 1 || addrs[0] != addrs[1] {
+		t.Errorf("created %d, checked %d, addresses %v; want one created, one checked, one address", created, checked, addrs)
+	}
+	e.downThenGC(t, id)
 	e.assertClean(t, id)
 }

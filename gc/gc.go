@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -171,6 +170,8 @@ type run struct {
 	// handled are "network\x00id" attachments this run reclaimed (or
 	// would, in a dry run), so later steps do not report them twice.
 	handled map[string]bool
+	// storeID is this berth's store ID, for evidence.Owned.
+	storeID string
 	drivers map[string]driver.Driver
 	opened  []driver.Driver
 }
@@ -191,6 +192,10 @@ func newRun(o Options) (*run, error) {
 	for k, v := range o.Drivers {
 		r.drivers[k] = v
 	}
+	r.storeID = o.StoreID
+	if r.storeID == "" && o.Store != nil {
+		r.storeID = o.Store.ID()
+	}
 	if o.Store == nil {
 		why := "no store given"
 		if o.StoreErr != nil {
@@ -201,14 +206,28 @@ func newRun(o Options) (*run, error) {
 	return r, nil
 }
 
-// Run reconciles and collects garbage: (0) stops the tasks of allocations
-// whose owner died, (1) drives every unfinished record to a clean state,
-// then, network by network under its exclusive lock, (2) removes
-// namespaces and (3) libcni cache entries of berth's that nothing owns,
-// (5) releases host-local leases and (6) removes CNI iptables rules of
-// unknown IDs, and (4) sends the CNI GC verb with the complete set of
-// valid attachments; finally it tidies the networks it reclaimed from.
+// Run reconciles and collects garbage, in this order:
 //
+//  1. stops the tasks of allocations whose owner died, and marks them lost;
+//  2. drives every unfinished record to a clean state (finishes or undoes
+//     half-made setups and pending teardowns, tears down what lost or
+//     finished allocations left);
+//
+// then, network by network under the network's exclusive lock,
+//
+//  3. DELs libcni cache entries of berth's that nothing owns and removes
+//     their namespaces;
+//  4. releases host-local leases of container IDs nobody knows;
+//  5. removes CNI iptables rules marked with unknown IDs, and firewall
+//     rules of addresses nobody leases;
+//  6. sends the CNI GC verb with the complete set of attachments that stay;
+//
+// and finally
+//
+//  7. removes namespaces with a foreign prefix that berth has no record of;
+//  8. tidies the networks it reclaimed from and those idle for TidyIdle.
+//
+// Before step 1 it notes whether the host looks rebooted (Report.Reboot).
 // Problems with single objects are collected in Report.Errors and do not
 // stop the run; the error is for bad options and a cancelled ctx.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -235,9 +254,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r.finish(start), ctx.Err()
 }
 
-// ReplayPending runs the cheap steps only: allocations of dead owners, and
-// records not in a final phase (half-made setups, pending teardowns whose
-// NextAttempt has passed, attachments whose namespace or owner is gone).
+// ReplayPending runs the cheap steps only: Run's steps 1 and 2
+// (allocations of dead owners, and records not in a final phase: half-made
+// setups, pending teardowns whose NextAttempt has passed, attachments
+// whose namespace or owner is gone), and step 8 for what they reclaimed.
 // It reads nothing but the store and /proc when there is nothing to do.
 func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
@@ -331,45 +351,22 @@ func (r *run) touch(network string, conf *cni.Network) {
 	}
 }
 
-// tidy removes what the plugins keep by design (bridge, host-local dir,
-// shared chains) from the networks this run reclaimed from and from the
-// networks berth used that have been idle for TidyIdle, once they have no
-// attachment left and no interface of any runtime on their bridge. A
-// network that is not berth's is never tidied, even if its bridge is
-// unused.
+// tidy is step 8: it removes what the plugins keep by design (bridge,
+// host-local dir, shared chains) from the networks this run reclaimed from
+// and from the networks berth used that have been idle for TidyIdle, once
+// they have no attachment left and no interface of any runtime on their
+// bridge. A network that is not berth's is never tidied, even if its
+// bridge is unused.
 func (r *run) tidy(ctx context.Context) {
 	if r.o.DryRun {
 		return
 	}
-	lastUsed := map[string]time.Time{}
-	if r.o.Store != nil && r.o.TidyIdle >= 0 {
-		nets, err := r.o.Store.ListNetworks(ctx)
-		if err != nil {
-			r.errorf("read berth's networks: %w", err)
-		}
-		for _, n := range nets {
-			if r.o.Now().Sub(n.LastUsed) < r.o.TidyIdle {
-				continue
-			}
-			conf, err := cni.ParseNetwork(n.ConfList, "store record of network "+n.Name)
-			if err != nil {
-				r.errorf("network %q: %w", n.Name, err)
-				continue
-			}
-			lastUsed[n.Name] = n.LastUsed
-			r.touch(n.Name, conf)
-		}
-	}
+	lastUsed := r.touchIdle(ctx)
 	if len(r.touched) == 0 {
 		return
 	}
 	var confs map[string]*cni.Network
-	names := make([]string, 0, len(r.touched))
-	for n := range r.touched {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedKeys(r.touched) {
 		conf := r.touched[name]
 		if conf == nil {
 			if confs == nil {
@@ -381,33 +378,66 @@ func (r *run) tidy(ctx context.Context) {
 			r.log.Debug("not tidying a network whose configuration is unknown", "network", name)
 			continue
 		}
-		tr, err := r.o.Attach.TidyNetwork(ctx, conf)
-		if err != nil {
-			r.errorf("tidy network %q: %w", name, err)
-		}
-		if tr == nil {
-			continue
-		}
-		for _, what := range tr.Removed {
-			kind := KindBridge
-			switch {
-			case strings.HasPrefix(what, "host-local"):
-				kind = KindLease
-			case strings.Contains(what, "tables"):
-				kind = KindIptables
-			}
-			r.reclaimed(Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: removed " + what})
-		}
-		for _, what := range tr.Kept {
-			r.kept(Item{Kind: KindBridge, Network: name, Path: what, Reason: "network has no attachment of berth's, but " + what})
-		}
 		used, ours := lastUsed[name]
-		if err != nil || !ours || tr.Skipped != "" || len(tr.Kept) > 0 {
+		r.tidyNetwork(ctx, name, conf, used, ours)
+	}
+}
+
+// touchIdle marks for tidying the networks berth used that have been idle
+// for TidyIdle, and returns when each was last used.
+func (r *run) touchIdle(ctx context.Context) map[string]time.Time {
+	lastUsed := map[string]time.Time{}
+	if r.o.Store == nil || r.o.TidyIdle < 0 {
+		return lastUsed
+	}
+	nets, err := r.o.Store.ListNetworks(ctx)
+	if err != nil {
+		r.errorf("read berth's networks: %w", err)
+	}
+	for _, n := range nets {
+		if r.o.Now().Sub(n.LastUsed) < r.o.TidyIdle {
 			continue
 		}
-		if _, err := r.o.Store.ForgetNetwork(ctx, name, used); err != nil {
-			r.errorf("%w", err)
+		conf, err := cni.ParseNetwork(n.ConfList, "store record of network "+n.Name)
+		if err != nil {
+			r.errorf("network %q: %w", n.Name, err)
+			continue
 		}
+		lastUsed[n.Name] = n.LastUsed
+		r.touch(n.Name, conf)
+	}
+	return lastUsed
+}
+
+// tidyNetwork tidies one network and reports what it removed and kept. A
+// network of the store's (ours, last used at used) that is fully tidied is
+// forgotten, unless it was used again meanwhile.
+func (r *run) tidyNetwork(ctx context.Context, name string, conf *cni.Network, used time.Time, ours bool) {
+	tr, err := r.o.Attach.TidyNetwork(ctx, conf)
+	if err != nil {
+		r.errorf("tidy network %q: %w", name, err)
+	}
+	if tr == nil {
+		return
+	}
+	for _, what := range tr.Removed {
+		kind := KindBridge
+		switch {
+		case strings.HasPrefix(what, "host-local"):
+			kind = KindLease
+		case strings.Contains(what, "tables"):
+			kind = KindIptables
+		}
+		r.reclaimed(Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: removed " + what})
+	}
+	for _, what := range tr.Kept {
+		r.kept(Item{Kind: KindBridge, Network: name, Path: what, Reason: "network has no attachment of berth's, but " + what})
+	}
+	if err != nil || !ours || tr.Skipped != "" || len(tr.Kept) > 0 {
+		return
+	}
+	if _, err := r.o.Store.ForgetNetwork(ctx, name, used); err != nil {
+		r.errorf("%w", err)
 	}
 }
 

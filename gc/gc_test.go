@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
@@ -125,7 +126,7 @@ func TestHandMadeLeaks(t *testing.T) {
 	testenv.Must(t, os.Remove(filepath.Join(e.dataDir, "berth.db")))
 
 	ghostLease, ghostRule := e.id(), e.id()
-	leaseFile := filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
+	leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
 	testenv.Must(t, os.WriteFile(leaseFile, []byte(ghostLease+"\r\neth0"), 0o644))
 	t.Cleanup(func() { os.Remove(leaseFile) })
 	chain := "CNI-btgc" + testenv.RandSuffix(8)
@@ -243,7 +244,7 @@ func TestForeign(t *testing.T) {
 		o := e.options(st, e.manager(st, 0, 0))
 		rep, err := gc.Run(ctx, o)
 		testenv.Must(t, err)
-		leases, _ := filepath.Glob(filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"*"))
+		leases, _ := filepath.Glob(filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"*"))
 		if len(rep.Found) != 0 || len(leases) != 1 {
 			t.Fatalf("gc touched another runtime's attachment: found %+v, leases %v", rep.Found, leases)
 		}
@@ -266,7 +267,7 @@ func TestCorruptStore(t *testing.T) {
 	id := e.id()
 	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
 	ghost := e.id()
-	leaseFile := filepath.Join(hostclean.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
+	leaseFile := filepath.Join(evidence.HostLocalDir, e.net.Name, subnetPrefix(e.net.Subnet)+"250")
 	testenv.Must(t, os.WriteFile(leaseFile, []byte(ghost+"\r\neth0"), 0o644))
 	t.Cleanup(func() { os.Remove(leaseFile) })
 
@@ -372,5 +373,36 @@ func TestOtherBerthsAttachmentKept(t *testing.T) {
 	}
 	if down := e.berth(t, other, "", "net", "down", id); down.status.ExitStatus() != 0 {
 		t.Fatalf("net down by its owner: %v\n%s", down.status, down.stderr)
+	}
+}
+
+// TestCacheEntryOutsideNetnsDir: a berth-marked cache entry whose netns
+// field names a path outside the netns dir (a damaged or planted file) is
+// DELed without entering that path, and the path is never unlinked.
+func TestCacheEntryOutsideNetnsDir(t *testing.T) {
+	e := newEnv(t, full("10.199.111.0/24"))
+	id := e.id()
+	e.mustBerth(t, "net", "up", id, "--network", e.net.Name)
+	testenv.Must(t, os.Remove(filepath.Join(e.dataDir, "berth.db")))
+	outside := filepath.Join(t.TempDir(), "planted")
+	testenv.Must(t, os.WriteFile(outside, nil, 0o644))
+	entries, _ := filepath.Glob(filepath.Join(e.cacheDir, "results", "*-"+id+"-*"))
+	if len(entries) != 1 {
+		t.Fatalf("cache entries of %s: %v", id, entries)
+	}
+	raw, err := os.ReadFile(entries[0])
+	testenv.Must(t, err)
+	raw = []byte(strings.ReplaceAll(string(raw), "/run/netns/"+id, outside))
+	testenv.Must(t, os.WriteFile(entries[0], raw, 0o600))
+
+	rep, r := e.gcJSON(t, e.dataDir)
+	if r.status.ExitStatus() != 0 || rep.Failed() {
+		t.Fatalf("gc: %v %v\n%s", r.status, rep.Errors, r.stderr)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("gc removed %s, a path outside the netns dir: %v", outside, err)
+	}
+	if _, err := os.Stat(entries[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cache entry was not reclaimed: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/fault"
@@ -246,7 +247,7 @@ func (e *env) assertCleanOf(t *testing.T, ids ...string) {
 		t.Errorf("open store: %v", err)
 	}
 	cached, _ := filepath.Glob(filepath.Join(e.cacheDir, "results", "*"))
-	leases, _ := filepath.Glob(filepath.Join(hostclean.HostLocalDir, e.net.Name, "*"))
+	leases, _ := filepath.Glob(filepath.Join(evidence.HostLocalDir, e.net.Name, "*"))
 	ipt, _ := exec.Command("iptables-save").Output()
 	for _, id := range ids {
 		if _, err := os.Stat("/run/netns/" + id); !errors.Is(err, os.ErrNotExist) {
@@ -283,7 +284,7 @@ func (e *env) assertClean(t *testing.T, ids ...string) {
 		out, _ := exec.Command("ip", "-o", "link", "show", "master", e.net.Bridge).Output()
 		t.Errorf("bridge %s still exists; ports: %q", e.net.Bridge, out)
 	}
-	if _, err := os.Stat(filepath.Join(hostclean.HostLocalDir, e.net.Name)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(evidence.HostLocalDir, e.net.Name)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host-local dir of %s remains (stat: %v)", e.net.Name, err)
 	}
 }

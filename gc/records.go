@@ -28,53 +28,76 @@ func describeOwner(pid int, start uint64) string {
 	return fmt.Sprintf("owner berth pid %d (start %d) is gone", pid, start)
 }
 
-// replay is steps 0 and 1: stop the tasks of allocations whose owner is
+// allocState is what step 1 learnt about allocations, for step 2's
+// judgement of the records that belong to them.
+type allocState struct {
+	byID map[string]*store.Allocation
+	// ok is false when the allocations could not be read: attachments of
+	// allocations are then kept.
+	ok bool
+	// lost: allocations whose owner died and whose tasks are stopped (or,
+	// in a dry run, would be): their networks go. blocked: a task could
+	// not be stopped, so its network stays.
+	lost, blocked map[string]bool
+}
+
+// replay is steps 1 and 2: stop the tasks of allocations whose owner is
 // gone, then drive every record that is not a live attachment to a clean
-// state through attach.Manager.Teardown.
+// state through attach.Manager.Reclaim.
 func (r *run) replay(ctx context.Context) {
 	if r.o.Store == nil {
 		return
 	}
+	as := r.stopOrphans(ctx)
+	r.finishRecords(ctx, as)
+}
+
+// stopOrphans is step 1: stop the tasks of every allocation whose owning
+// berth process is gone, and mark it lost.
+func (r *run) stopOrphans(ctx context.Context) *allocState {
 	allocs, err := r.o.Store.ListAllocations(ctx, store.AllocFilter{})
-	allocsOK := err == nil
 	if err != nil {
 		r.errorf("read allocations: %w (attachments of allocations are kept)", err)
 	}
-	byID := make(map[string]*store.Allocation, len(allocs))
-	// lost: allocations whose owner died and whose tasks are stopped (or,
-	// in a dry run, would be): their networks go. blocked: a task could
-	// not be stopped, so its network stays.
-	lost, blocked := map[string]bool{}, map[string]bool{}
+	as := &allocState{byID: make(map[string]*store.Allocation, len(allocs)), ok: err == nil, lost: map[string]bool{}, blocked: map[string]bool{}}
 	for _, a := range allocs {
-		byID[a.ID] = a
-		if a.Status.Terminal() {
-			continue
-		}
-		if a.OwnerPID <= 0 {
-			r.kept(Item{Kind: KindAllocOwner, ID: a.ID, Reason: "allocation is " + string(a.Status) + " and has no recorded owner: cannot tell whether it runs"})
-			continue
-		}
-		if ownerAlive(a.OwnerPID, a.OwnerStartTime) {
-			continue
-		}
-		it := Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
-		r.found(it)
-		if r.o.DryRun {
-			lost[a.ID] = true
-			continue
-		}
-		if err := r.stopTasks(ctx, a); err != nil {
-			blocked[a.ID] = true
-			r.fail(it, err)
-			continue
-		}
-		if err := r.markLost(ctx, a.ID, it.Reason); err != nil {
-			r.fail(it, err)
-		}
-		lost[a.ID] = true
-		r.reclaimed(it)
+		as.byID[a.ID] = a
+		r.stopOrphan(ctx, a, as)
 	}
+	return as
+}
 
+func (r *run) stopOrphan(ctx context.Context, a *store.Allocation, as *allocState) {
+	if a.Status.Terminal() {
+		return
+	}
+	if a.OwnerPID <= 0 {
+		r.kept(Item{Kind: KindAllocOwner, ID: a.ID, Reason: "allocation is " + string(a.Status) + " and has no recorded owner: cannot tell whether it runs"})
+		return
+	}
+	if ownerAlive(a.OwnerPID, a.OwnerStartTime) {
+		return
+	}
+	it := Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
+	r.found(it)
+	if r.o.DryRun {
+		as.lost[a.ID] = true
+		return
+	}
+	if err := r.stopTasks(ctx, a); err != nil {
+		as.blocked[a.ID] = true
+		r.fail(it, err)
+		return
+	}
+	if err := r.markLost(ctx, a.ID, it.Reason); err != nil {
+		r.fail(it, err)
+	}
+	as.lost[a.ID] = true
+	r.reclaimed(it)
+}
+
+// finishRecords is step 2: tear down every record judge says is garbage.
+func (r *run) finishRecords(ctx context.Context, as *allocState) {
 	recs, err := r.o.Store.ListAttachments(ctx)
 	if err != nil {
 		r.errorf("read attachments: %w", err)
@@ -84,47 +107,55 @@ func (r *run) replay(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		reason, keep := r.judge(rec, byID, allocsOK, lost, blocked)
-		it := Item{Kind: KindAttachment, ID: rec.ID, Network: rec.Network, Path: rec.NetnsPath, Reason: reason}
-		if reason == "" {
-			continue
-		}
-		if keep {
-			r.kept(it)
-			continue
-		}
-		r.found(it)
-		r.handled[handledKey(rec.Network, rec.ID)] = true
-		if r.o.DryRun {
-			continue
-		}
-		// Judged again under the ID's lock: another berth process may
-		// have finished it, or made a new one, since the list was read.
-		_, done, err := r.o.Attach.Reclaim(ctx, rec.ID, func(now *store.Attachment) bool {
-			reason, keep := r.judge(now, byID, allocsOK, lost, blocked)
-			return reason != "" && !keep
-		})
-		if err != nil {
-			r.fail(it, err)
-			continue
-		}
-		if !done {
-			r.withdraw(it, "the record changed since it was read (another berth process finished it or made it anew): left to that process")
-			continue
-		}
-		r.reclaimed(it)
-		// Tidy with what ADD used, which the config dir may no longer have.
-		conf, _ := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
-		r.touch(rec.Network, conf)
+		r.finishRecord(ctx, rec, as)
 	}
+}
+
+func (r *run) finishRecord(ctx context.Context, rec *store.Attachment, as *allocState) {
+	reason, keep := r.judge(rec, as)
+	if reason == "" {
+		return
+	}
+	it := Item{Kind: KindAttachment, ID: rec.ID, Network: rec.Network, Path: rec.NetnsPath, Reason: reason}
+	if keep {
+		r.kept(it)
+		return
+	}
+	r.found(it)
+	r.handled[handledKey(rec.Network, rec.ID)] = true
+	if r.o.DryRun {
+		return
+	}
+	// Judged again under the ID's lock: another berth process may
+	// have finished it, or made a new one, since the list was read.
+	_, done, err := r.o.Attach.Reclaim(ctx, rec.ID, func(now *store.Attachment) bool {
+		reason, keep := r.judge(now, as)
+		return reason != "" && !keep
+	})
+	if err != nil {
+		r.fail(it, err)
+		return
+	}
+	if !done {
+		r.withdraw(it, "the record changed since it was read (another berth process finished it or made it anew): left to that process")
+		return
+	}
+	r.reclaimed(it)
+	// Tidy with what ADD used, which the config dir may no longer have.
+	conf, _ := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+	r.touch(rec.Network, conf)
 }
 
 // judge decides what becomes of one record: nothing (reason ""), kept
 // with a reason, or torn down for the reason given.
-func (r *run) judge(rec *store.Attachment, allocs map[string]*store.Allocation, allocsOK bool, lost, blocked map[string]bool) (reason string, keep bool) {
+func (r *run) judge(rec *store.Attachment, as *allocState) (reason string, keep bool) {
 	alive := ownerAlive(rec.OwnerPID, rec.OwnerStartTime)
 	switch rec.Phase {
-	case store.PhaseIntent, store.PhaseNetnsCreated, store.PhaseAdding:
+	case store.PhaseUnreadable:
+		// Nothing about it is known but its ID: its namespace, cache
+		// entry and leases are kept as the ID's, never swept as nobody's.
+		return fmt.Sprintf("record cannot be decoded (%s): kept; `berth net down %s` tears it down from libcni's cache, `berth store rm attachment %s` drops the record", rec.LastError, rec.ID, rec.ID), true
+	case store.PhaseIntent:
 		if alive {
 			return "", false // a setup in flight
 		}
@@ -150,16 +181,16 @@ func (r *run) judge(rec *store.Attachment, allocs map[string]*store.Allocation, 
 			}
 			return fmt.Sprintf("namespace %s is gone (reboot, or removed behind berth's back)", rec.NetnsPath), false
 		}
-		if !allocsOK {
+		if !as.ok {
 			return "", false
 		}
-		if blocked[rec.AllocID] {
+		if as.blocked[rec.AllocID] {
 			return fmt.Sprintf("allocation %s has a task that could not be stopped: its network is kept", rec.AllocID), true
 		}
-		if lost[rec.AllocID] {
+		if as.lost[rec.AllocID] {
 			return fmt.Sprintf("allocation %s is lost (its owner is gone)", rec.AllocID), false
 		}
-		a := allocs[rec.AllocID]
+		a := as.byID[rec.AllocID]
 		switch {
 		case a == nil && alive:
 			return "", false

@@ -10,19 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
 
-	"github.com/berth/berth/internal/hostlocal"
+	"github.com/berth/berth/evidence"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
-
-// HostLocalDir is where host-local keeps its leases, one directory per network.
-const HostLocalDir = hostlocal.DefaultDir
 
 // RemoveBridgeIfUnused deletes the bridge called name when no interface (of
 // any runtime) is attached to it. It reports how many are: 0 when it
@@ -68,7 +64,7 @@ func RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error
 	if network == "" || strings.ContainsAny(network, "/") || network == "." || network == ".." {
 		return false, fmt.Errorf("remove host-local dir: bad network name %q", network)
 	}
-	dir := filepath.Join(HostLocalDir, network)
+	dir := filepath.Join(evidence.HostLocalDir, network)
 	lock, err := os.Open(filepath.Join(dir, "lock"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -94,6 +90,40 @@ func RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error
 		return false, fmt.Errorf("remove host-local dir %s: %w", dir, err)
 	}
 	return true, nil
+}
+
+// RemoveLease deletes a host-local lease file if it still names the same
+// holder, under host-local's lock on its directory as host-local itself
+// takes it: the address may have been released and handed to another
+// container since l was read. A lease already gone is not an error.
+func RemoveLease(ctx context.Context, l evidence.Lease) error {
+	if _, err := os.Stat(l.Path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	lockPath := filepath.Join(l.Dir, "lock")
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open host-local lock %s: %w", lockPath, err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock host-local dir %s: %w", l.Dir, err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	id, _, err := evidence.ReadLease(l.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read lease %s: %w", l.Path, err)
+	}
+	if id != l.ID {
+		return nil
+	}
+	if err := os.Remove(l.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove lease %s: %w", l.Path, err)
+	}
+	return nil
 }
 
 // TidySharedChains removes the firewall plugin's CNI-FORWARD/CNI-ADMIN and
@@ -291,64 +321,6 @@ func tidyNat(ipt *iptables.IPTables) ([]string, error) {
 	return removed, nil
 }
 
-// AttachmentMarker is the comment CNI plugins (bridge ipMasq, portmap)
-// put on the iptables rules of one attachment, as iptables-save prints it.
-func AttachmentMarker(network, id string) string {
-	return fmt.Sprintf(`name: \"%s\" id: \"%s\"`, network, id)
-}
-
-// savedRule is one "-A" line of iptables-save with its position.
-type savedRule struct {
-	table, chain string
-	index        int // 1-based within chain
-	line         string
-}
-
-// readSave parses iptables-save (or ip6tables-save) output.
-func readSave(ctx context.Context, tool string) (rules []savedRule, chains map[string][]string, err error) {
-	out, err := exec.CommandContext(ctx, tool, "-w").Output()
-	if err != nil {
-		out, err = exec.CommandContext(ctx, tool).Output()
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", tool, err)
-		}
-	}
-	chains = map[string][]string{}
-	count := map[string]int{}
-	table := ""
-	for _, line := range strings.Split(string(out), "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			table = line[1:]
-		case strings.HasPrefix(line, ":"):
-			f := strings.Fields(line[1:])
-			if len(f) > 0 {
-				chains[table] = append(chains[table], f[0])
-			}
-		case strings.HasPrefix(line, "-A "):
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			key := table + "/" + f[1]
-			count[key]++
-			rules = append(rules, savedRule{table: table, chain: f[1], index: count[key], line: line})
-		}
-	}
-	return rules, chains, nil
-}
-
-// jumpTarget is the chain a rule jumps to ("-j X"), if any.
-func jumpTarget(line string) string {
-	f := strings.Fields(line)
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-j" || f[i] == "-g" {
-			return f[i+1]
-		}
-	}
-	return ""
-}
-
 // sharedChains are created by plugins for all attachments; they are never
 // one attachment's.
 func sharedChain(c string) bool {
@@ -361,8 +333,9 @@ func sharedChain(c string) bool {
 // runs without the namespace (after a reboot, or a namespace removed
 // behind berth's back). Returns what it removed.
 func RemoveAttachmentRules(ctx context.Context, network, id string) ([]string, error) {
+	marker := evidence.Marker(network, id)
 	return RemoveRulesMatching(ctx, func(line string) bool {
-		return strings.Contains(line, AttachmentMarker(network, id))
+		return strings.Contains(line, marker)
 	})
 }
 
@@ -375,45 +348,66 @@ func (Rules) RemoveAttachmentRules(ctx context.Context, network, id string) ([]s
 	return RemoveAttachmentRules(ctx, network, id)
 }
 
+// Host is what attach uses to tidy a network once its last attachment is
+// gone: the functions of the same names, as methods so that tests can put
+// a fake in their place.
+type Host struct{}
+
+// RemoveBridgeIfUnused is the function of the same name.
+func (Host) RemoveBridgeIfUnused(ctx context.Context, name string) (int, error) {
+	return RemoveBridgeIfUnused(ctx, name)
+}
+
+// RemoveHostLocalDirIfEmpty is the function of the same name.
+func (Host) RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error) {
+	return RemoveHostLocalDirIfEmpty(ctx, network)
+}
+
+// TidySharedChains is the function of the same name.
+func (Host) TidySharedChains(ctx context.Context) ([]string, error) {
+	return TidySharedChains(ctx)
+}
+
 // RemoveRulesMatching deletes every CNI rule for which match is true, and
 // the non-shared CNI-* chains they jump to once those are empty.
 func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]string, error) {
 	var removed []string
 	var errs []error
-	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
-		tool := "iptables-save"
-		if proto == iptables.ProtocolIPv6 {
-			tool = "ip6tables-save"
-		}
-		if _, err := exec.LookPath(tool); err != nil {
-			continue
+	for _, fam := range evidence.Families() {
+		proto := iptables.ProtocolIPv4
+		if fam == evidence.IPv6 {
+			proto = iptables.ProtocolIPv6
 		}
 		ipt, err := iptables.NewWithProtocol(proto)
 		if err != nil {
+			continue // no ip6tables on this host
+		}
+		set, err := evidence.ReadRuleset(ctx, fam)
+		if errors.Is(err, evidence.ErrNoTool) {
 			continue
 		}
-		rs, _, err := readSave(ctx, tool)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		rs := set.Rules
 		targets := map[string]bool{}
 		removedLine := map[string]bool{}
 		// Delete from the last rule backwards so that earlier indexes stay valid.
 		for i := len(rs) - 1; i >= 0; i-- {
 			r := rs[i]
-			if !strings.Contains(r.line, "CNI") || !match(r.line) {
+			if !r.CNI() || !match(r.Line) {
 				continue
 			}
-			if t := jumpTarget(r.line); strings.HasPrefix(t, "CNI-") && !sharedChain(t) {
-				targets[r.table+"/"+t] = true
+			if t := r.Jump(); strings.HasPrefix(t, "CNI-") && !sharedChain(t) {
+				targets[r.Table+"/"+t] = true
 			}
-			if err := deleteRule(ipt, r.table, r.line); err != nil {
-				errs = append(errs, fmt.Errorf("%s: delete rule of %s/%s: %w", protoName(ipt), r.table, r.chain, err))
+			if err := deleteRule(ipt, r.Table, r.Line); err != nil {
+				errs = append(errs, fmt.Errorf("%s: delete rule of %s/%s: %w", protoName(ipt), r.Table, r.Chain, err))
 				continue
 			}
-			removedLine[r.table+" "+r.line] = true
-			removed = append(removed, fmt.Sprintf("%s %s rule %s", protoName(ipt), r.table, r.line))
+			removedLine[r.Table+" "+r.Line] = true
+			removed = append(removed, fmt.Sprintf("%s %s rule %s", protoName(ipt), r.Table, r.Line))
 		}
 		// A chain a marked rule jumped to is the attachment's own (the
 		// bridge plugin's CNI-<hash>, portmap's CNI-DN-<hash>): its rules
@@ -421,8 +415,8 @@ func RemoveRulesMatching(ctx context.Context, match func(line string) bool) ([]s
 		// nothing jumps to it any more.
 		jumped := map[string]bool{}
 		for _, r := range rs {
-			if t := jumpTarget(r.line); targets[r.table+"/"+t] && !removedLine[r.table+" "+r.line] {
-				jumped[r.table+"/"+t] = true
+			if t := r.Jump(); targets[r.Table+"/"+t] && !removedLine[r.Table+" "+r.Line] {
+				jumped[r.Table+"/"+t] = true
 			}
 		}
 		for tc := range targets {

@@ -2,14 +2,18 @@ package hostclean
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/evidence"
 )
 
 // Rules is what CNI DEL is given on a real host.
@@ -37,13 +41,7 @@ func TestSplitRule(t *testing.T) {
 	}
 }
 
-func TestJumpTargetAndMarker(t *testing.T) {
-	if got := jumpTarget(`-A POSTROUTING -s 1.2.3.4/32 -j CNI-x`); got != "CNI-x" {
-		t.Errorf("jumpTarget = %q", got)
-	}
-	if got := AttachmentMarker("n", "i"); got != `name: \"n\" id: \"i\"` {
-		t.Errorf("marker %q", got)
-	}
+func TestSharedChain(t *testing.T) {
 	if !sharedChain("CNI-HOSTPORT-DNAT") || sharedChain("CNI-DN-123") {
 		t.Error("sharedChain")
 	}
@@ -85,5 +83,39 @@ func TestRemoveAttachmentRulesUnmarkedChain(t *testing.T) {
 	}
 	if len(removed) != 2 {
 		t.Errorf("removed %v, want the jump and the chain", removed)
+	}
+}
+
+// RemoveLease removes a lease only while it names the holder it was read
+// with (host-local may have handed the address on meanwhile).
+func TestRemoveLease(t *testing.T) {
+	cases := []struct {
+		name    string
+		content string // "" = no file
+		holder  string
+		gone    bool
+	}{
+		{"same holder", "ctr-a\r\neth0", "ctr-a", true},
+		{"handed to another", "ctr-b\r\neth0", "ctr-a", false},
+		{"already gone", "", "ctr-a", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "10.199.117.5")
+			if tc.content != "" {
+				if err := os.WriteFile(p, []byte(tc.content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := evidence.Lease{Path: p, Dir: dir, IP: net.ParseIP("10.199.117.5"), ID: tc.holder, IfName: "eth0"}
+			if err := RemoveLease(context.Background(), l); err != nil {
+				t.Fatal(err)
+			}
+			_, err := os.Stat(p)
+			if gone := errors.Is(err, os.ErrNotExist); gone != tc.gone {
+				t.Errorf("lease gone = %v, want %v", gone, tc.gone)
+			}
+		})
 	}
 }

@@ -96,6 +96,23 @@ func TestInvalidJobs(t *testing.T) {
 	}
 }
 
+// TestNestingLimit: a file nested 100,000 deep (it overflowed the HCL
+// parser's stack) is refused with a positioned error before parsing.
+func TestNestingLimit(t *testing.T) {
+	for name, src := range map[string]string{
+		"lists":          "job \"x\" {\n  meta { x = " + strings.Repeat("[", 100000) + " }\n}\n",
+		"interpolations": "job \"x\" {\n  meta { x = \"" + strings.Repeat("${\"", 60000) + " }\n}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(src), "deep.hcl", testOptions())
+			var diags Diagnostics
+			if !errors.As(err, &diags) || len(diags) == 0 || diags[0].Line != 2 || !strings.Contains(diags[0].Summary, "Nested too deeply") {
+				t.Fatalf("got %v, want a positioned 'Nested too deeply' at line 2", err)
+			}
+		})
+	}
+}
+
 // FuzzParse checks that no input panics, that errors are always positioned
 // Diagnostics matching ErrInvalidJob, and that accepted jobs marshal and can
 // compute their next launch.

@@ -26,6 +26,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // NodeAttrs are the node's attributes by their interpolation name without
@@ -51,6 +53,9 @@ type ParseOptions struct {
 	Vars []string
 	// VarFiles are -var-file paths, HCL or (named *.json) JSON, in order.
 	VarFiles []string
+	// VarFileSources are -var-files already read (what a client sent the
+	// agent), applied after VarFiles, in order.
+	VarFileSources []VarFile
 	// Env is searched for NOMAD_VAR_<name>=<value>; the caller passes
 	// os.Environ() to honour the process environment, nil for none.
 	Env []string
@@ -98,6 +103,10 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
 		},
 		now: time.Now(),
+	}
+	if d := hcllimit.Check(src, filename, false); d.HasErrors() {
+		p.addHCL(d, p.fileStart())
+		return nil, p.diags.sorted()
 	}
 	f, hdiags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hdiags.HasErrors() {

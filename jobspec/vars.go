@@ -13,6 +13,8 @@ import (
 	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // VarEnvPrefix starts the environment variables that set job variables,
@@ -91,7 +93,15 @@ func (p *parser) variables(blocks map[string][]*hclsyntax.Block) {
 	}
 	p.envVars(decl)
 	for _, f := range p.opts.VarFiles {
-		p.varFile(f, decl)
+		src, err := os.ReadFile(f)
+		if err != nil {
+			p.fail(p.fileStart(), fmt.Sprintf("cannot read -var-file %s: %v", f, err), "")
+			continue
+		}
+		p.varFile(f, src, decl)
+	}
+	for _, f := range p.opts.VarFileSources {
+		p.varFile(f.Name, f.Src, decl)
 	}
 	p.argVars(decl)
 
@@ -310,19 +320,26 @@ func (p *parser) declareHint(name string, decl map[string]*variable) string {
 	return hint
 }
 
-// varFile reads a -var-file: HCL (name = value lines) or, for a .json
+// VarFile is a -var-file's name (which says its format: JSON for *.json,
+// HCL otherwise; and is used in positions) and its content.
+type VarFile struct {
+	Name string
+	Src  []byte
+}
+
+// varFile applies a -var-file: HCL (name = value lines) or, for a .json
 // name, a JSON object.
-func (p *parser) varFile(path string, decl map[string]*variable) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		p.fail(p.fileStart(), fmt.Sprintf("cannot read -var-file %s: %v", path, err), "")
-		return
-	}
+func (p *parser) varFile(path string, src []byte, decl map[string]*variable) {
 	var (
 		f     *hcl.File
 		diags hcl.Diagnostics
 	)
-	if strings.EqualFold(filepath.Ext(path), ".json") {
+	isJSON := strings.EqualFold(filepath.Ext(path), ".json")
+	if d := hcllimit.Check(src, path, isJSON); d.HasErrors() {
+		p.addHCL(d, hcl.Range{Filename: path, Start: hcl.InitialPos, End: hcl.InitialPos})
+		return
+	}
+	if isJSON {
 		f, diags = hcljson.Parse(src, path)
 	} else {
 		f, diags = hclsyntax.ParseConfig(src, path, hcl.InitialPos)

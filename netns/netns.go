@@ -13,12 +13,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/internal/fault"
 )
 
@@ -35,6 +35,10 @@ var (
 	ErrInvalidName = errors.New("invalid network namespace name")
 	// ErrExists is returned by Create when the name is taken.
 	ErrExists = errors.New("network namespace already exists")
+	// ErrNotNetns: RemovePath was asked to remove something that is
+	// neither a pinned namespace nor an empty mount point (a path a
+	// damaged record or a foreign cache entry named).
+	ErrNotNetns = errors.New("not a network namespace pin")
 )
 
 // ValidateName accepts names made of letters, digits, '-', '_' and '.',
@@ -85,6 +89,17 @@ func (m *Manager) Path(name string) string { return filepath.Join(m.dir, name) }
 func (m *Manager) Exists(name string) bool {
 	ok, _ := IsPinned(m.Path(name))
 	return ok
+}
+
+// IsPinned is the function IsPinned, as a method so that a Manager
+// satisfies its users' interfaces (attach.Namespaces).
+func (m *Manager) IsPinned(path string) (bool, error) { return IsPinned(path) }
+
+// RemovePath is the function RemovePath, as a method for the same reason.
+// path need not be in the Manager's directory (a namespace libcni's cache
+// names elsewhere).
+func (m *Manager) RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
+	return RemovePath(ctx, path)
 }
 
 // IsPinned reports whether path is a mounted network namespace.
@@ -192,15 +207,16 @@ func (m *Manager) prepareDir() error {
 // mountState reads /proc/self/mountinfo: is dir a mount point, and is its
 // top-most mount shared.
 func mountState(dir string) (mounted, shared bool, err error) {
-	mounts, err := readMountinfo("/proc/self/mountinfo")
+	mounts, err := evidence.ReadMountinfo("/proc/self/mountinfo")
 	if err != nil {
 		return false, false, err
 	}
+	dir = filepath.Clean(dir)
 	for _, mi := range mounts {
-		if mi.mountPoint == dir {
+		if mi.MountPoint == dir {
 			mounted = true
 			// The last entry for a path is the one on top.
-			shared = strings.Contains(mi.optional, "shared:")
+			shared = mi.Shared()
 		}
 	}
 	return mounted, shared, nil
@@ -234,15 +250,27 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 	defer func() { rep.Duration = time.Since(start) }()
 
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	if err := unix.Lstat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return rep, nil
 		}
 		return rep, fmt.Errorf("remove netns %s: %w", path, err)
 	}
+	// Only a namespace pin, or the empty file a pin leaves, is ours to
+	// unlink: never a symlink, a directory, or a file with content.
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return rep, fmt.Errorf("remove netns %s: %w: it is a symlink", path, ErrNotNetns)
+	}
+	pinned, err := IsPinned(path)
+	if err != nil {
+		return rep, fmt.Errorf("remove netns %s: %w", path, err)
+	}
+	if !pinned && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0) {
+		return rep, fmt.Errorf("remove netns %s: %w: refusing to unlink it", path, ErrNotNetns)
+	}
 	rep.Existed = true
 
-	err := unix.Unmount(path, 0)
+	err = unix.Unmount(path, 0)
 	switch {
 	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
 		// Unmounted, or not a mount point (an empty mount point left behind).

@@ -44,33 +44,6 @@ func TestValidateName(t *testing.T) {
 	}
 }
 
-func TestUnescapeOctal(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/end\04`: `/end\04`} {
-		if got := unescapeOctal(in); got != want {
-			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestReadMountinfo(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "mountinfo")
-	content := "36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n" +
-		"700 25 0:4 net:[4026532288] /run/netns/x rw shared:5 - nsfs nsfs rw\n"
-	if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mi, err := readMountinfo(f)
-	if err != nil || len(mi) != 2 {
-		t.Fatalf("readMountinfo: %v %v", mi, err)
-	}
-	if mi[0].mountPoint != "/mnt/with space" || mi[0].fsType != "ext3" || mi[0].optional != "master:1" {
-		t.Errorf("first entry: %+v", mi[0])
-	}
-	if mi[1].root != "net:[4026532288]" || mi[1].fsType != "nsfs" || !strings.Contains(mi[1].optional, "shared:") {
-		t.Errorf("second entry: %+v", mi[1])
-	}
-}
-
 func requireRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces (CI runs as root)")

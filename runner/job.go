@@ -2,9 +2,9 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,9 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 )
+
+// ErrParameterized is returned for a parameterized job: it runs only as
+// the child jobs its dispatches make (jobspec.Job.Dispatch).
+var ErrParameterized = errors.New("a parameterized job runs only when dispatched")
 
 // RunOptions bound a foreground run of a job.
 type RunOptions struct {
@@ -28,6 +34,9 @@ type RunOptions struct {
 	// OnStart is called with each allocation as its tasks start, its
 	// network (address, ports) set up.
 	OnStart func(*store.Allocation)
+	// OnSchedule is told, from the launching goroutine, how many launches
+	// there were so far and when the next one is due (zero: none).
+	OnSchedule func(launches int, next time.Time)
 	// Now and After let tests drive the periodic clock.
 	Now func() time.Time
 }
@@ -69,6 +78,9 @@ func (s *Summary) OK() bool {
 // when everything launched has finished; ending ctx stops launching,
 // stops running tasks and tears their networks down first.
 func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*Summary, error) {
+	if job.IsParameterized() {
+		return nil, fmt.Errorf("job %q: %w", job.ID, ErrParameterized)
+	}
 	start := time.Now()
 	if o.Now == nil {
 		o.Now = time.Now
@@ -118,12 +130,19 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		return running
 	}
 
+	schedule := func(next time.Time) {
+		if o.OnSchedule != nil {
+			o.OnSchedule(sum.Launches, next)
+		}
+	}
 	if job.Periodic == nil || !job.Periodic.Enabled {
 		launch()
+		schedule(time.Time{})
 	} else {
 		var last *atomic.Int64
 		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
 			next := job.Periodic.Next(o.Now())
+			schedule(next)
 			if next.IsZero() {
 				break
 			}
@@ -137,13 +156,14 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			}
 			last = launch()
 		}
+		schedule(time.Time{})
 	}
 	wg.Wait()
 
 	sum.SetupP50, sum.SetupP99 = setup.quantile(50), setup.quantile(99)
 	sum.TeardownP50, sum.TeardownP99 = teardown.quantile(50), teardown.quantile(99)
 	sum.ExitToGoneP50 = gone.quantile(50)
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	lctx, cancel := cleanup.Context(ctx, time.Minute)
 	defer cancel()
 	sum.Leaks = r.LeakCheck(lctx, ids)
 	sum.Duration = time.Since(start).Seconds()
@@ -198,43 +218,25 @@ func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	if len(ids) == 0 {
 		return leaks
 	}
-	cacheDir := filepath.Join(r.o.Attach.CNI().CacheDir(), "results")
-	if des, err := os.ReadDir(cacheDir); err == nil {
-		for _, de := range des {
-			for id := range ids {
-				if strings.Contains(de.Name(), id) {
-					leaks = append(leaks, "CNI cache entry "+de.Name())
-				}
-			}
+	// Evidence that cannot be read is skipped: the check lists what the
+	// run visibly left; gc and doctor report a host they cannot read.
+	cache, _ := evidence.ReadCache(ctx, r.o.Attach.CNI().CacheDir(), "")
+	for _, e := range cache {
+		if ids[e.ContainerID] {
+			leaks = append(leaks, "CNI cache entry "+filepath.Base(e.File))
 		}
 	}
-	if leases, err := filepath.Glob("/var/lib/cni/networks/*/*"); err == nil {
-		for _, l := range leases {
-			b := filepath.Base(l)
-			if b == "lock" || strings.HasPrefix(b, "last_reserved_ip") {
-				continue
-			}
-			content, _ := os.ReadFile(l)
-			id, _, _ := strings.Cut(string(content), "\n")
-			if ids[strings.TrimSpace(id)] {
-				leaks = append(leaks, "lease "+l)
-			}
+	leases, _ := evidence.ReadAllLeases(evidence.HostLocalDir)
+	for _, l := range leases {
+		if ids[l.ID] {
+			leaks = append(leaks, "lease "+l.Path)
 		}
 	}
-	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := exec.CommandContext(ctx, tool).Output()
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			i := strings.Index(line, `id: \"`)
-			if i < 0 {
-				continue
-			}
-			rest := line[i+len(`id: \"`):]
-			id, _, _ := strings.Cut(rest, `\"`)
-			if ids[id] {
-				leaks = append(leaks, fmt.Sprintf("%s rule %s", tool, line))
+	sets, _ := evidence.ReadRulesets(ctx)
+	for _, set := range sets {
+		for _, rl := range set.Rules {
+			if _, id, ok := evidence.ParseMarker(rl.Line); ok && ids[id] {
+				leaks = append(leaks, fmt.Sprintf("%s rule %s", set.Family.SaveTool(), rl.Line))
 			}
 		}
 	}

@@ -18,15 +18,15 @@ import (
 type BridgeConfig struct {
 	// Network is the CNI network name (default "berth").
 	Network string
-	// Bridge is the bridge interface (default "berth0").
-	Bridge string
+	// Iface is the bridge interface (default "berth0").
+	Iface string
 	// Subnet is the IPv4 subnet handed out (default 10.199.1.0/24).
 	Subnet string
 }
 
 // DefaultBridge is berth's bridge network.
 func DefaultBridge() BridgeConfig {
-	return BridgeConfig{Network: "berth", Bridge: "berth0", Subnet: "10.199.1.0/24"}
+	return BridgeConfig{Network: "berth", Iface: "berth0", Subnet: "10.199.1.0/24"}
 }
 
 func (b BridgeConfig) withDefaults() BridgeConfig {
@@ -34,8 +34,8 @@ func (b BridgeConfig) withDefaults() BridgeConfig {
 	if b.Network == "" {
 		b.Network = d.Network
 	}
-	if b.Bridge == "" {
-		b.Bridge = d.Bridge
+	if b.Iface == "" {
+		b.Iface = d.Iface
 	}
 	if b.Subnet == "" {
 		b.Subnet = d.Subnet
@@ -47,17 +47,17 @@ func (b BridgeConfig) withDefaults() BridgeConfig {
 func (b BridgeConfig) ConfList() (*cni.Network, error) {
 	b = b.withDefaults()
 	if _, _, err := net.ParseCIDR(b.Subnet); err != nil {
-		return nil, fmt.Errorf("bridge network subnet %q: %w", b.Subnet, err)
+		return nil, fmt.Errorf("bridge subnet %q: %w", b.Subnet, err)
 	}
-	if len(b.Bridge) > 15 {
-		return nil, fmt.Errorf("bridge name %q is longer than 15 characters (a Linux interface name)", b.Bridge)
+	if len(b.Iface) > 15 {
+		return nil, fmt.Errorf("bridge iface %q is longer than 15 characters (a Linux interface name)", b.Iface)
 	}
 	conf := map[string]any{
 		"cniVersion": "1.1.0",
 		"name":       b.Network,
 		"plugins": []map[string]any{
 			{
-				"type": "bridge", "bridge": b.Bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"type": "bridge", "bridge": b.Iface, "isGateway": true, "ipMasq": true, "hairpinMode": true,
 				"ipam": map[string]any{
 					"type":   "host-local",
 					"ranges": [][]map[string]any{{{"subnet": b.Subnet}}},

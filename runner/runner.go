@@ -8,7 +8,6 @@ package runner
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
@@ -132,6 +132,7 @@ type allocRun struct {
 	// the namespace outlives the workload.
 	lastExit time.Time
 	started  func(*store.Allocation)
+	lc       *lifecycle
 
 	mu sync.Mutex // guards alloc
 }
@@ -192,6 +193,14 @@ func (a *allocRun) save(ctx context.Context) {
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
+	}
+}
+
+// timingMS adds to phase a step attach timed in milliseconds; a step
+// that did not run (0) leaves the phase out of the allocation's timings.
+func (a *allocRun) timingMS(phase string, ms float64) {
+	if ms != 0 {
+		a.timing(phase, time.Duration(ms*float64(time.Millisecond)))
 	}
 }
 
@@ -308,14 +317,12 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	if err != nil {
 		return nil, fmt.Errorf("network setup: %w", err)
 	}
-	for k, v := range st.Timings {
-		switch k {
-		case "add", "netns":
-			a.timing(k, time.Duration(v*float64(time.Millisecond)))
-		default:
-			a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-		}
-	}
+	// The namespace and ADD are phases of their own; records and CHECK
+	// (and a heal's teardown) are berth's own work.
+	t := st.Timings
+	a.timingMS("netns", t.Netns)
+	a.timingMS("add", t.Add)
+	a.timingMS("berth", t.Record+t.Check+t.HealTeardown)
 	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
 	if g.Network.DNS != nil {
 		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
@@ -332,21 +339,16 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 // finish tears the network down and records the outcome.
 func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
 	var tdErr error
 	if hasNetwork {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
 		tdErr = err
 		if rep != nil {
-			for k, v := range rep.Timings {
-				switch k {
-				case "del", "remove":
-					a.timing(k, time.Duration(v*float64(time.Millisecond)))
-				default:
-					a.timing("berth", time.Duration(v*float64(time.Millisecond)))
-				}
-			}
+			a.timingMS("del", rep.Timings.Del)
+			a.timingMS("remove", rep.Timings.Remove)
+			a.timingMS("berth", rep.Timings.Record)
 			a.mu.Lock()
 			a.alloc.TeardownRetries += rep.Retries
 			if rep.Busy {
@@ -415,16 +417,16 @@ func (r *Runner) retireDir(job, dir string) {
 
 // env builds the task's environment: its env block (interpolated) and the
 // NOMAD_* variables existing job files rely on.
-func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]string) {
+func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]string, env map[string]string) {
 	j, g := a.job, a.group
 	vars = map[string]string{
 		"NOMAD_ALLOC_ID":       a.alloc.ID,
 		"NOMAD_SHORT_ALLOC_ID": a.alloc.ID[:8],
 		"NOMAD_ALLOC_NAME":     fmt.Sprintf("%s.%s[%d]", j.ID, g.Name, a.index),
 		"NOMAD_ALLOC_INDEX":    strconv.Itoa(a.index),
-		"NOMAD_ALLOC_DIR":      driver.SharedDir(a.dir),
-		"NOMAD_TASK_DIR":       filepath.Join(driver.TaskDir(a.dir, t.Name), "local"),
-		"NOMAD_SECRETS_DIR":    filepath.Join(driver.TaskDir(a.dir, t.Name), "secrets"),
+		"NOMAD_ALLOC_DIR":      dirs.AllocDir,
+		"NOMAD_TASK_DIR":       dirs.TaskDir,
+		"NOMAD_SECRETS_DIR":    dirs.SecretsDir,
 		"NOMAD_JOB_ID":         j.ID,
 		"NOMAD_JOB_NAME":       j.ID,
 		"NOMAD_GROUP_NAME":     g.Name,
@@ -432,6 +434,9 @@ func (a *allocRun) env(t *jobspec.Task) (vars map[string]string, env map[string]
 		"NOMAD_NAMESPACE":      j.Namespace,
 		"NOMAD_REGION":         j.Region,
 		"NOMAD_DC":             a.r.o.Node["node.datacenter"],
+	}
+	if j.ParentID != "" {
+		vars["NOMAD_JOB_PARENT_ID"] = j.ParentID
 	}
 	for _, p := range a.ports {
 		l := p.Label
@@ -500,34 +505,10 @@ func interpolateConfig(v any, vars map[string]string) any {
 }
 
 // runTasks runs every task of the group, each with its restart policy,
-// until all have exited for good. When one fails for good the others are
-// stopped, as in Nomad.
+// in the order of their lifecycle hooks (runLifecycle), until all have
+// exited for good.
 func (a *allocRun) runTasks(ctx context.Context, netns string) error {
-	gctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(a.group.Tasks))
-	for i, t := range a.group.Tasks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = a.runTask(gctx, i, t, netns)
-			a.mu.Lock()
-			failed := a.alloc.Tasks[i].Failed
-			a.mu.Unlock()
-			if failed || t.Leader {
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		// Stopped by the operator (Ctrl-C, job stop, end of --for): as in
-		// Nomad, a stopped allocation is complete, not failed.
-		a.event2("Killed", "allocation stopped")
-		return nil
-	}
-	return errors.Join(errs...)
+	return a.runLifecycle(ctx, netns)
 }
 
 // runTask runs one task with its restart policy. It returns an error only
@@ -539,15 +520,20 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
 		return fmt.Errorf("task %q: %w", t.Name, err)
 	}
-	vars, env := a.env(t)
+	vars, env := a.env(t, a.taskPaths(drv, t))
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
 		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, AllocDir: a.dir, KillTimeout: t.KillTimeout,
-		User:      t.User,
-		Resources: driver.Resources{CPU: t.Resources.CPU, MemoryMB: t.Resources.MemoryMB, MemoryMaxMB: t.Resources.MemoryMaxMB},
-		Logs:      driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
-		Labels:    map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+		User:   t.User,
+		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
+		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+	}
+	if err := a.setupTask(ctx, t, dt, vars); err != nil {
+		// A fetch cut short by a stop is no failure of the task.
+		failed := ctx.Err() == nil
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
+		return err
 	}
 	pol := t.Restart
 	var restarts []time.Time
@@ -558,13 +544,17 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
 			return err
 		}
+		if a.overran(i) {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			return err
+		}
 		if err != nil {
 			// The driver could not start it: counts as a failure for the
 			// restart policy too.
 			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
 		success := err == nil && res.Successful()
-		if success && a.job.RunsToCompletion() {
+		if success && a.completes(t) {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
 		}
@@ -635,6 +625,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
 	})
 	a.save(ctx)
+	a.taskStarted(i)
 	fault.Point(fault.TaskRunning)
 	return a.supervise(ctx, i, h, dt)
 }
@@ -644,15 +635,9 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 // holds nothing of the namespace. A berth that re-attached a task after a
 // restart (driver.Driver.Recover) resumes here.
 func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *driver.Task) (*driver.ExitResult, error) {
-	res, werr := h.Wait(ctx)
-	if ctx.Err() != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dt.KillTimeout+30*time.Second)
-		_ = h.Stop(sctx, dt.KillTimeout)
-		res, werr = h.Wait(sctx)
-		cancel()
-	}
+	res, werr := a.await(ctx, i, h, dt)
 	dstart := time.Now()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
 	cancel()
 	a.timing("driver_cleanup", time.Since(dstart))

@@ -63,6 +63,10 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewRawExec(eo), nil },
 			Validate: execdrv.NewRawExec(eo).ValidateConfig,
 		},
+		"exec": {
+			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewExec(execdrv.Options{}), nil },
+			Validate: execdrv.NewExec(execdrv.Options{}).ValidateConfig,
+		},
 		"podman": {
 			New: func(ctx context.Context) (driver.Driver, error) {
 				return podman.New(ctx, podman.Options{DataDir: dataDir})

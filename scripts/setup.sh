@@ -9,6 +9,8 @@
 #     attachment with port mappings: containernetworking/plugins#819);
 #   - example network configurations into /etc/cni/net.d;
 #   - the local image localhost/busybox:latest (no registry is reachable);
+#   - Debian's chromium, the headless browser the status page's tests
+#     drive (package ui; on CI a missing chromium fails them);
 #   - Debian's prometheus (promtool, and the server the metrics tests start
 #     on a port of their own), with its system service left stopped and
 #     disabled;
@@ -32,7 +34,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # 1. Debian packages.
-pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata bash-completion)
+pkgs=(iproute2 iptables containernetworking-plugins podman runc conmon busybox-static procps tzdata bash-completion chromium)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 updated=
 apt_update() {

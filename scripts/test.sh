@@ -10,4 +10,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
-exec go test -race -p 1 -count=1 -timeout 60m "$@" ./...
+go test -race -p 1 -count=1 -timeout 60m "$@" ./...
+# The parsers that read what a request or a job file sends, fuzzed for a
+# bounded time (a crash there would take down a root agent). Only on the
+# whole suite: a run of chosen packages ("$@") skips it.
+if [ $# -eq 0 ]; then
+	FUZZTIME=${BERTH_FUZZTIME:-20s}
+	go test -run XXX -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./jobspec
+	go test -run XXX -fuzz '^FuzzSubmitBody$' -fuzztime "$FUZZTIME" ./agent
+fi

@@ -139,7 +139,8 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocFilter) ([]*Allocati
 		return tx.Bucket(bucketAllocations).ForEach(func(k, raw []byte) error {
 			a := new(Allocation)
 			if err := decode(kindAllocation, k, raw, a); err != nil {
-				return err
+				s.warnUnreadable(kindAllocation, string(k), err)
+				a = &Allocation{ID: string(k), Status: AllocUnreadable, StatusDesc: "record unreadable: " + err.Error()}
 			}
 			if f.match(a) {
 				out = append(out, a)

@@ -66,7 +66,10 @@ func (s *Store) ListAttachments(ctx context.Context) ([]*Attachment, error) {
 	var out []*Attachment
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		var err error
-		out, err = listRecords[Attachment](tx, bucketAttachments, kindAttachment)
+		out, err = listRecords(tx, bucketAttachments, kindAttachment, func(id string, err error) *Attachment {
+			s.warnUnreadable(kindAttachment, id, err)
+			return &Attachment{ID: id, Phase: PhaseUnreadable, LastError: err.Error()}
+		})
 		return err
 	})
 	if err != nil {

@@ -17,7 +17,7 @@ func benchAttachment(id string) *Attachment {
 		ID: id, NetnsPath: "/run/netns/berth-" + id, Network: "bridge", IfName: "eth0",
 		ConfList: json.RawMessage(`{"cniVersion":"1.0.0","name":"bridge","plugins":[{"type":"bridge","bridge":"berth0","ipam":{"type":"host-local","subnet":"10.199.0.0/24"}},{"type":"portmap","capabilities":{"portMappings":true}}]}`),
 		Result:   json.RawMessage(`{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/run/netns/x"}],"ips":[{"address":"10.199.0.5/24","gateway":"10.199.0.1","interface":0}]}`),
-		Phase:    PhaseAdding, OwnerPID: 1234, OwnerStartTime: 5678, AllocID: id,
+		Phase:    PhaseIntent, OwnerPID: 1234, OwnerStartTime: 5678, AllocID: id,
 	}
 }
 

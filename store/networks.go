@@ -40,7 +40,7 @@ func (s *Store) ListNetworks(ctx context.Context) ([]*Network, error) {
 	var out []*Network
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		var err error
-		out, err = listRecords[Network](tx, bucketNetworks, kindNetwork)
+		out, err = listRecords[Network](tx, bucketNetworks, kindNetwork, nil)
 		return err
 	})
 	if err != nil {

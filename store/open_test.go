@@ -323,11 +323,33 @@ func TestCorruptRecord(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "bad") {
 		t.Errorf("Get: %v, want ErrCorrupt naming the record", err)
 	}
-	if _, err := s.ListAttachments(ctx); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("List: %v, want ErrCorrupt", err)
+	// One damaged record neither fails a listing nor hides the others: it
+	// is listed as an unreadable stub.
+	if err := s.PutAttachment(ctx, &Attachment{ID: "good", Phase: PhaseReady}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := s.ListAllocations(ctx, AllocFilter{}); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("ListAllocations: %v, want ErrCorrupt", err)
+	if err := s.PutAllocation(ctx, &Allocation{ID: "good", JobID: "j", Status: AllocRunning}); err != nil {
+		t.Fatal(err)
+	}
+	atts, err := s.ListAttachments(ctx)
+	if err != nil || len(atts) != 2 || atts[0].ID != "bad" || atts[0].Phase != PhaseUnreadable || atts[0].LastError == "" || atts[1].Phase != PhaseReady {
+		t.Errorf("ListAttachments with a damaged record: %+v, %v", atts, err)
+	}
+	allocs, err := s.ListAllocations(ctx, AllocFilter{})
+	if err != nil || len(allocs) != 2 {
+		t.Fatalf("ListAllocations with a damaged record: %+v, %v", allocs, err)
+	}
+	for _, a := range allocs {
+		if a.ID == "bad" && (a.Status != AllocUnreadable || !strings.Contains(a.StatusDesc, "unreadable")) {
+			t.Errorf("damaged allocation listed as %+v", a)
+		}
+	}
+	bad, err := s.Unreadable(ctx)
+	if err != nil || len(bad) != 2 || bad[0].Kind != kindAllocation || bad[1].Kind != kindAttachment {
+		t.Errorf("Unreadable = %+v, %v; want the allocation and the attachment", bad, err)
+	}
+	if err := s.DeleteRecord(ctx, "bogus", "bad"); err == nil {
+		t.Error("DeleteRecord of an unknown kind succeeded")
 	}
 	if err := s.UpdateAllocation(ctx, "bad", func(*Allocation) error { return nil }); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("UpdateAllocation: %v, want ErrCorrupt", err)
@@ -342,8 +364,11 @@ func TestCorruptRecord(t *testing.T) {
 	if err := s.DeleteAllocation(ctx, "bad"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ListAllocations(ctx, AllocFilter{}); err != nil {
-		t.Errorf("ListAllocations after delete: %v", err)
+	if err := s.DeleteRecord(ctx, kindAttachment, "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if bad, err := s.Unreadable(ctx); err != nil || len(bad) != 0 {
+		t.Errorf("Unreadable after the damaged records were removed: %+v, %v", bad, err)
 	}
 }
 

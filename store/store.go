@@ -129,6 +129,8 @@ type Store struct {
 	log       *slog.Logger
 
 	closeOnce sync.Once
+	// warned holds the damaged records already logged.
+	warned sync.Map
 
 	// Writes go through one committer goroutine that puts every write
 	// queued meanwhile into the same transaction: one lock, one open and

@@ -49,7 +49,7 @@ func child(role, dir string) int {
 		fmt.Println("ready")
 	case "write-forever":
 		for i := 0; ; i++ {
-			if err := s.PutAttachment(ctx, &Attachment{ID: fmt.Sprintf("from-child-%d", i), Phase: PhaseAdding}); err != nil {
+			if err := s.PutAttachment(ctx, &Attachment{ID: fmt.Sprintf("from-child-%d", i), Phase: PhaseIntent}); err != nil {
 				return fail(err)
 			}
 			if i == 0 {

@@ -14,19 +14,18 @@ import (
 type Phase string
 
 const (
-	// PhaseIntent: recorded, nothing created yet (or the netns create is in flight).
+	// PhaseIntent: recorded before anything is created; it covers the
+	// namespace's creation and ADD, so a crash in either leaves this phase.
 	PhaseIntent Phase = "intent"
-	// PhaseNetnsCreated and PhaseAdding are not written by this berth (the
-	// intent covers the namespace and ADD); they are kept so that records of
-	// other versions read.
-	// PhaseNetnsCreated: the namespace exists; CNI ADD has not been sent.
-	PhaseNetnsCreated Phase = "netns-created"
-	// PhaseAdding: CNI ADD was sent; the plugin chain may have done part of its work.
-	PhaseAdding Phase = "adding"
 	// PhaseReady: ADD succeeded; the attachment is in use.
 	PhaseReady Phase = "ready"
 	// PhaseTearingDown: teardown started or failed and must be retried until it succeeds.
 	PhaseTearingDown Phase = "tearing-down"
+	// PhaseUnreadable marks a record that could not be decoded: listings
+	// return it as a stub (ID, this phase, the decode error in LastError)
+	// instead of failing, so that one damaged record neither hides the
+	// others nor lets a sweep take its attachment for nobody's.
+	PhaseUnreadable Phase = "unreadable"
 )
 
 // Attachment is one ID's network namespace and its CNI attachment.
@@ -66,6 +65,9 @@ const (
 	AllocComplete AllocStatus = "complete"
 	AllocFailed   AllocStatus = "failed"
 	AllocLost     AllocStatus = "lost"
+	// AllocUnreadable marks an allocation record that could not be decoded
+	// (see PhaseUnreadable); StatusDesc says why.
+	AllocUnreadable AllocStatus = "unreadable"
 )
 
 // Terminal reports whether nothing more will happen to an allocation with this status.

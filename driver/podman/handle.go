@@ -27,6 +27,8 @@ type specGenerator struct {
 	ConmonPidFile    string            `json:"conmon_pid_file,omitempty"`
 	Rlimits          []rlimit          `json:"r_limits,omitempty"`
 	StopTimeout      uint              `json:"stop_timeout,omitempty"`
+	StopSignal       int               `json:"stop_signal,omitempty"`
+	Mounts           []mount           `json:"mounts,omitempty"`
 	User             string            `json:"user,omitempty"`
 }
 

@@ -331,6 +331,8 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 	if t.KillTimeout > 0 {
 		s.StopTimeout = uint(ceilSeconds(t.KillTimeout))
 	}
+	s.StopSignal = int(t.KillSignal)
+	s.Mounts = taskDirMounts(t)
 	return s
 }
 

@@ -1,7 +1,10 @@
 # berth agent configuration: every setting, with its default.
 # Run with: berth agent -config /etc/berth/berth.hcl
-# Every setting is also a flag of `berth agent` (e.g. --data-dir, --gc-interval);
-# a flag given on the command line wins over this file. Unknown settings are errors.
+# Every setting but api.token is also a flag of `berth agent`, named as here with
+# '-' for '_' and, inside a block, the block's name in front: --data-dir,
+# --gc-interval, --bridge-subnet, --api-socket. A flag given on the command line
+# wins over this file. Unknown settings are errors. The settings above gc_interval
+# and the bridge block are the node's: every berth command takes them as flags.
 
 # berth's state: the store (berth.db, owned by one process at a time), task logs
 # (alloc/<id>/<task>.stdout|stderr) and the podman service berth starts.
@@ -24,6 +27,10 @@ cni_cache_dir  = "/var/lib/cni"
 # when the agent stops.
 podman_socket = ""
 
+# Logs: level debug, info, warn or error; format text or json (log/slog).
+log_level  = "info"
+log_format = "text"
+
 # Garbage collection: how often ("0" disables the periodic run; the reconcile at
 # start always runs) and its scope: "full" (berth's records, plus a sweep of the
 # host for leftovers of berth's networks; right when this agent is the only berth
@@ -37,10 +44,6 @@ retention = 50
 # How long `berth job stop` waits for a job's tasks and networks to be gone
 # before answering "still stopping" (the stop goes on).
 stop_timeout = "2m"
-
-# Logs: level debug, info, warn or error; format text or json (log/slog).
-log_level  = "info"
-log_format = "text"
 
 # The network of `network { mode = "bridge" }` (Nomad's bridge mode): bridge,
 # host-local IPAM on this subnet, firewall, portmap and loopback.
@@ -64,8 +67,8 @@ api {
   # token_file  = "/etc/berth/token"
 }
 
-# The raw_exec and exec task drivers (Nomad's plugin settings and client options);
-# these are settings of this file only, not flags yet.
+# The raw_exec and exec task drivers (Nomad's plugin settings and client options).
+# Flags: --tasks-raw-exec-enabled, --tasks-user-denylist, ... (chroot_env: this file only).
 tasks {
   # raw_exec runs tasks unisolated, as root unless they name a user (as in Nomad,
   # where it is off by default); false refuses jobs that use it.

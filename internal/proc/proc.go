@@ -18,6 +18,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/evidence"
 )
 
 var (
@@ -197,18 +199,14 @@ func killCheckedRacy(pid int, startTime uint64, sig syscall.Signal) error {
 // pgid, the leader included if it is alive. It scans /proc, so its result is
 // a snapshot.
 func GroupMembers(ctx context.Context, pgid int) ([]Stat, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, err := evidence.PIDs()
 	if err != nil {
-		return nil, fmt.Errorf("list /proc for process group %d: %w", pgid, err)
+		return nil, fmt.Errorf("list process group %d: %w", pgid, err)
 	}
 	var out []Stat
-	for _, e := range entries {
+	for _, pid := range pids {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("list process group %d: %w", pgid, err)
-		}
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
 		}
 		st, err := ReadStat(pid)
 		if err != nil {

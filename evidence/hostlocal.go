@@ -1,9 +1,4 @@
-// Package hostlocal reads the on-disk state of the host-local IPAM plugin:
-// where a network keeps its leases and which container holds each.
-// Several parts of berth need it (DEL without a cached result, gc, doctor);
-// the format is host-local's: one file per address, named by it, holding
-// "<container ID>\r\n<ifname>" (older versions: the ID alone).
-package hostlocal
+package evidence
 
 import (
 	"bufio"
@@ -16,22 +11,28 @@ import (
 	"strings"
 )
 
-// DefaultDir is host-local's default data dir; a network's leases are in
-// <dir>/<network name>.
-const DefaultDir = "/var/lib/cni/networks"
+// The host-local IPAM plugin keeps one file per address in a directory per
+// network, named by the address and holding "<container ID>\r\n<ifname>"
+// (older versions: the ID alone), beside its "lock" and
+// "last_reserved_ip.N" files.
 
-// Config is what berth needs of a network's host-local configuration.
-type Config struct {
+// HostLocalDir is host-local's default data dir; a network's leases are
+// in <dir>/<network name>.
+const HostLocalDir = "/var/lib/cni/networks"
+
+// HostLocal is what berth needs of a network's host-local configuration.
+type HostLocal struct {
 	// Dirs are the lease directories (one per distinct dataDir).
 	Dirs []string
 	// Subnets are every range's subnet.
 	Subnets []*net.IPNet
 }
 
-// FromPlugins reads the host-local IPAM configuration out of a network's
-// plugin configurations (raw JSON, as in a conflist's "plugins").
-func FromPlugins(network string, plugins [][]byte) Config {
-	var c Config
+// HostLocalFromPlugins reads the host-local IPAM configuration out of a
+// network's plugin configurations (raw JSON, as in a conflist's
+// "plugins"). Plugins without host-local IPAM add nothing.
+func HostLocalFromPlugins(network string, plugins [][]byte) HostLocal {
+	var c HostLocal
 	seen := map[string]bool{}
 	for _, b := range plugins {
 		var p struct {
@@ -49,7 +50,7 @@ func FromPlugins(network string, plugins [][]byte) Config {
 		}
 		base := p.IPAM.DataDir
 		if base == "" {
-			base = DefaultDir
+			base = HostLocalDir
 		}
 		if d := filepath.Join(base, network); !seen[d] {
 			seen[d] = true
@@ -71,7 +72,7 @@ func FromPlugins(network string, plugins [][]byte) Config {
 }
 
 // Contains reports whether ip is in one of the subnets, and which.
-func (c Config) Contains(ip net.IP) (*net.IPNet, bool) {
+func (c HostLocal) Contains(ip net.IP) (*net.IPNet, bool) {
 	for _, n := range c.Subnets {
 		if n.Contains(ip) {
 			return n, true
@@ -89,10 +90,10 @@ type Lease struct {
 	IfName string
 }
 
-// ReadDir reads a network's lease directory; a missing one has no leases.
-// Files that are not leases (lock, last_reserved_ip.N) are skipped, and so
-// is a lease released while it is read.
-func ReadDir(dir string) ([]Lease, error) {
+// ReadLeases reads a network's lease directory; a missing one has no
+// leases. Files that are not leases (lock, last_reserved_ip.N) are
+// skipped, and so is a lease released while it is read.
+func ReadLeases(dir string) ([]Lease, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -105,7 +106,7 @@ func ReadDir(dir string) ([]Lease, error) {
 		if de.IsDir() {
 			continue
 		}
-		ip := parseName(de.Name())
+		ip := leaseIP(de.Name())
 		if ip == nil {
 			continue
 		}
@@ -119,8 +120,31 @@ func ReadDir(dir string) ([]Lease, error) {
 	return out, nil
 }
 
-// parseName is the address a lease file is named by, or nil.
-func parseName(name string) net.IP {
+// ReadAllLeases reads the lease directory of every network under base
+// (host-local's data dir, HostLocalDir by default).
+func ReadAllLeases(base string) ([]Lease, error) {
+	des, err := os.ReadDir(base)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read host-local data dir %s: %w", base, err)
+	}
+	var out []Lease
+	var errs []error
+	for _, de := range des {
+		if !de.IsDir() {
+			continue
+		}
+		ls, err := ReadLeases(filepath.Join(base, de.Name()))
+		errs = append(errs, err)
+		out = append(out, ls...)
+	}
+	return out, errors.Join(errs...)
+}
+
+// leaseIP is the address a lease file is named by, or nil.
+func leaseIP(name string) net.IP {
 	// host-local writes IPv6 addresses with ':'; some tools escape it as '_'.
 	return net.ParseIP(strings.ReplaceAll(name, "_", ":"))
 }

@@ -12,71 +12,6 @@ import (
 	"github.com/berth/berth/store"
 )
 
-func TestParseCacheEntry(t *testing.T) {
-	cases := []struct {
-		name  string
-		in    string
-		ok    bool
-		berth bool
-	}{
-		{"berth", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","netns":"/run/netns/a","cniArgs":[["IgnoreUnknown","1"],["BERTH_ID","a"]]}`, true, true},
-		{"foreign", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","cniArgs":[["K8S_POD_NAME","x"]]}`, true, false},
-		{"empty BERTH_ID", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0","networkName":"n","cniArgs":[["BERTH_ID",""]]}`, true, false},
-		{"other kind", `{"kind":"x","containerId":"a","ifName":"eth0","networkName":"n"}`, false, false},
-		{"no network", `{"kind":"cniCacheV1","containerId":"a","ifName":"eth0"}`, false, false},
-		{"not json", `garbage`, false, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e, ok := parseCacheEntry([]byte(tc.in))
-			if ok != tc.ok || e.Berth != tc.berth {
-				t.Errorf("parseCacheEntry = %+v, %v; want ok %v berth %v", e, ok, tc.ok, tc.berth)
-			}
-		})
-	}
-}
-
-func TestParseMarker(t *testing.T) {
-	cases := []struct {
-		line, network, id string
-		ok                bool
-	}{
-		{`-A POSTROUTING -s 10.199.69.2/32 -m comment --comment "name: \"btgc-x\" id: \"btgc-x1\"" -j CNI-abfa5fc1fa7a76585d12738c`, "btgc-x", "btgc-x1", true},
-		{`-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"net\" id: \"c1\"" -m multiport --dports 28999 -j CNI-DN-abf`, "net", "c1", true},
-		{`-A CNI-FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-ADMIN`, "", "", false},
-	}
-	for _, tc := range cases {
-		n, id, ok := parseMarker(tc.line)
-		if n != tc.network || id != tc.id || ok != tc.ok {
-			t.Errorf("parseMarker(%q) = %q, %q, %v", tc.line, n, id, ok)
-		}
-	}
-}
-
-func TestParseFirewallIP(t *testing.T) {
-	cases := []struct {
-		line string
-		ip   string
-	}{
-		{"-A CNI-FORWARD -d 10.199.69.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", "10.199.69.2"},
-		{"-A CNI-FORWARD -s 10.199.69.2/32 -j ACCEPT", "10.199.69.2"},
-		{"-A CNI-FORWARD -s fd00::2/128 -j ACCEPT", "fd00::2"},
-		{"-A CNI-FORWARD -s 10.199.69.0/24 -j ACCEPT", ""},
-		{"-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN", ""},
-		{"-A FORWARD -s 10.199.69.2/32 -j ACCEPT", ""},
-	}
-	for _, tc := range cases {
-		ip, ok := parseFirewallIP(tc.line)
-		got := ""
-		if ok {
-			got = ip.String()
-		}
-		if got != tc.ip {
-			t.Errorf("parseFirewallIP(%q) = %q, want %q", tc.line, got, tc.ip)
-		}
-	}
-}
-
 // TestJudge covers the decision about each record without touching the host.
 func TestJudge(t *testing.T) {
 	self, selfStart := os.Getpid(), mustSelfStart(t)
@@ -98,8 +33,8 @@ func TestJudge(t *testing.T) {
 		wantAct  bool // torn down
 		wantKeep bool
 	}{
-		{"adding, owner alive: in flight", store.Attachment{Phase: store.PhaseAdding, OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
-		{"adding, owner dead", store.Attachment{Phase: store.PhaseAdding, OwnerPID: dead, OwnerStartTime: deadStart}, false, true, false},
+		{"intent, owner alive: in flight", store.Attachment{Phase: store.PhaseIntent, OwnerPID: self, OwnerStartTime: selfStart}, false, false, false},
+		{"intent, owner dead", store.Attachment{Phase: store.PhaseIntent, OwnerPID: dead, OwnerStartTime: deadStart}, false, true, false},
 		{"intent, no owner", store.Attachment{Phase: store.PhaseIntent}, false, true, false},
 		{"tearing down, backing off", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, false, false, true},
 		{"tearing down, backoff ignored", store.Attachment{Phase: store.PhaseTearingDown, OwnerPID: dead, NextAttempt: now.Add(time.Hour), TeardownAttempts: 1}, true, true, false},
@@ -118,7 +53,7 @@ func TestJudge(t *testing.T) {
 			}
 			rec := tc.rec
 			rec.ID = "x"
-			reason, keep := r.judge(&rec, allocs, true, map[string]bool{}, map[string]bool{})
+			reason, keep := r.judge(&rec, &allocState{byID: allocs, ok: true, lost: map[string]bool{}, blocked: map[string]bool{}})
 			act := reason != "" && !keep
 			if act != tc.wantAct || keep != tc.wantKeep {
 				t.Errorf("judge = %q, keep %v; want act %v keep %v", reason, keep, tc.wantAct, tc.wantKeep)

@@ -1,0 +1,215 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/berth/berth/attach"
+	"github.com/berth/berth/cni"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/gc"
+	"github.com/berth/berth/hostclean"
+	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
+)
+
+// Options are what a program adds to the configuration.
+type Options struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer receives the attachment manager's timings and outcomes;
+	// Metrics the runner's. Nil means none.
+	Observer attach.Observer
+	Metrics  runner.Metrics
+	// Retention is how many finished allocations (records and log
+	// directories) are kept per job; 0 means store.DefaultRetention.
+	Retention int
+}
+
+// Node is the object graph of berth on this machine, built from one
+// Config. Every field is set by New except Store and Attach, which Open
+// (or OpenWithoutStore) sets; all are read-only afterwards.
+type Node struct {
+	Config  Config
+	Log     *slog.Logger
+	Netns   *netns.Manager
+	CNI     *cni.Client
+	Drivers *runner.Drivers
+	// Attrs are this machine's attributes, which job constraints read.
+	Attrs jobspec.NodeAttrs
+	// OwnerPID and OwnerStartTime mark the records this process owns, so
+	// that the next berth can tell a crash orphaned them.
+	OwnerPID       int
+	OwnerStartTime uint64
+
+	// Store is nil after OpenWithoutStore; StoreErr then says why.
+	Store    *store.Store
+	StoreErr error
+	Attach   *attach.Manager
+
+	o Options
+}
+
+// New builds what opens nothing: the netns manager, the CNI client, the
+// drivers (each made when first needed) and the node's attributes. That
+// is enough to validate jobs (ParseOptions) before the data dir is
+// touched; Open adds the store and the attachment manager.
+func New(cfg Config, o Options) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	start, err := proc.SelfStartTime()
+	if err != nil {
+		return nil, fmt.Errorf("read this process's start time: %w", err)
+	}
+	return &Node{
+		Config: cfg,
+		Log:    o.Logger,
+		Netns:  netns.NewManager(cfg.NetnsDir),
+		CNI: cni.NewClient(cni.Options{
+			PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: o.Logger,
+		}),
+		Drivers:        newDrivers(&cfg, o.Logger),
+		Attrs:          jobspec.LocalNode(),
+		OwnerPID:       os.Getpid(),
+		OwnerStartTime: start,
+		o:              o,
+	}, nil
+}
+
+// Open is New, then OpenStore.
+func Open(ctx context.Context, cfg Config, o Options) (*Node, error) {
+	n, err := New(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.OpenStore(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// OpenStore opens the store in the data dir and builds the attachment
+// manager over it. Its error is the store's (store.ErrCorrupt, an owner's
+// lock...): the caller decides whether OpenWithoutStore is the answer.
+func (n *Node) OpenStore(ctx context.Context) error {
+	if n.Attach != nil {
+		return errors.New("node: opened twice")
+	}
+	st, err := store.Open(ctx, n.Config.DataDir, store.Options{Logger: n.Log, Retention: n.o.Retention})
+	if err != nil {
+		return err
+	}
+	n.Store = st
+	n.Attach = n.manager(st)
+	return nil
+}
+
+// OpenWithoutStore builds an attachment manager for a store that cannot
+// be read (why): it can tidy networks and knows no attachment, so that gc
+// can still sweep the host on its evidence.
+func (n *Node) OpenWithoutStore(why error) {
+	n.StoreErr = why
+	n.Attach = n.manager(gc.NoRecords{})
+}
+
+func (n *Node) manager(st attach.Store) *attach.Manager {
+	return attach.New(attach.Options{
+		Netns:          n.Netns,
+		CNI:            n.CNI,
+		ConfDir:        n.Config.CNIConfigDir,
+		Store:          st,
+		Logger:         n.Log,
+		Observer:       n.o.Observer,
+		LockDir:        n.Config.LockDir,
+		OwnerPID:       n.OwnerPID,
+		OwnerStartTime: n.OwnerStartTime,
+	})
+}
+
+// Close closes the drivers made (stopping a podman service berth
+// started), then the store.
+func (n *Node) Close(ctx context.Context) error {
+	cctx, cancel := cleanup.Context(ctx, time.Minute)
+	defer cancel()
+	var errs []error
+	if err := n.Drivers.Close(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	if n.Store != nil {
+		if err := n.Store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the store %s: %w", n.Store.Path(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseOptions validate a job against this node: its attributes, its
+// drivers and the CNI networks of its config dir.
+func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
+	return jobspec.ParseOptions{
+		Node:    n.Attrs,
+		Drivers: n.Drivers.Validators(),
+		Users:   n.Drivers.UserValidators(),
+		Network: func(name string) error {
+			_, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
+			return err
+		},
+	}
+}
+
+// Runner runs allocations with the node's store, attachment manager and
+// drivers; it needs Open.
+func (n *Node) Runner() *runner.Runner {
+	return runner.New(runner.Options{
+		Attach:         n.Attach,
+		Store:          n.Store,
+		Drivers:        n.Drivers,
+		AllocDir:       n.Config.AllocDir(),
+		Bridge:         n.Config.RunnerBridge(),
+		Node:           n.Attrs,
+		Logger:         n.Log,
+		Metrics:        n.o.Metrics,
+		OwnerPID:       n.OwnerPID,
+		OwnerStartTime: n.OwnerStartTime,
+		KeepAllocDirs:  n.o.Retention,
+	})
+}
+
+// GCOptions are gc's options over this node (after Open or
+// OpenWithoutStore); the caller sets what the run is to do (DryRun,
+// foreign names, TidyIdle...). gc stops tasks of dead owners with the
+// node's own drivers, lent: the node closes them.
+func (n *Node) GCOptions() gc.Options {
+	made := map[string]driver.Driver{}
+	for name, d := range n.Drivers.Made() {
+		made[name] = lent{d}
+	}
+	return gc.Options{
+		Attach:   n.Attach,
+		Store:    n.Store,
+		StoreErr: n.StoreErr,
+		StoreID:  store.IDFor(n.Config.DataDir),
+		LockDir:  n.Config.LockDir,
+		Drivers:  made,
+		OpenDriver: func(ctx context.Context, name string) (driver.Driver, error) {
+			d, err := n.Drivers.Get(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			return lent{d}, nil
+		},
+		Logger: n.Log,
+	}
+}

@@ -1,0 +1,114 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseArtifactSource(t *testing.T) {
+	for _, tc := range []struct {
+		src, local, url, name, err string
+	}{
+		{src: "/opt/x.tar.gz", local: "/opt/x.tar.gz", name: "x.tar.gz"},
+		{src: "local/conf.yml", local: "/task/local/conf.yml", name: "conf.yml"},
+		{src: "file:///srv/a.zip", local: "/srv/a.zip", name: "a.zip"},
+		{src: "file::/srv/a.zip", local: "/srv/a.zip", name: "a.zip"},
+		{src: "https://example.com/dl/tool.tgz?x=1", url: "https://example.com/dl/tool.tgz?x=1", name: "tool.tgz"},
+		{src: "http::http://127.0.0.1:8080/f", url: "http://127.0.0.1:8080/f", name: "f"},
+		{src: "git::https://example.com/r.git", err: `go-getter's "git" getter`},
+		{src: "github.com/hashicorp/nomad", err: "git, S3 or GCS"},
+		{src: "s3://bucket/key", err: `scheme "s3"`},
+		{src: "file://otherhost/x", err: `names host "otherhost"`},
+	} {
+		s, err := parseArtifactSource(tc.src, "/task")
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want an error with %q", tc.src, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.src, err)
+		default:
+			u := ""
+			if s.url != nil {
+				u = s.url.String()
+			}
+			if s.local != tc.local || u != tc.url || s.name != tc.name {
+				t.Errorf("%s: local %q url %q name %q", tc.src, s.local, u, s.name)
+			}
+		}
+	}
+}
+
+func TestArchiveKind(t *testing.T) {
+	for _, tc := range []struct {
+		opt, name, want, err string
+	}{
+		{name: "a.tar.gz", want: "tar.gz"},
+		{name: "A.TGZ", want: "tar.gz"},
+		{name: "a.tar", want: "tar"},
+		{name: "a.zip", want: "zip"},
+		{name: "a.tbz2", want: "tar.bz2"},
+		{name: "a.gz", want: "gz"},
+		{name: "a.txt", want: ""},
+		{opt: "false", name: "a.zip", want: ""},
+		{opt: "zip", name: "download", want: "zip"},
+		{opt: "rar", name: "a", err: "not an archive kind"},
+		{name: "a.tar.xz", err: "xz and zstd archives are not unpacked"},
+	} {
+		got, err := archiveKind(tc.opt, tc.name)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s/%s: %v, want %q", tc.opt, tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s/%s: %q %v, want %q", tc.opt, tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// Nothing of an archive or a path lands outside the allocation dir or
+// through a symbolic link.
+func TestArtifactPaths(t *testing.T) {
+	root := t.TempDir()
+	dest := filepath.Join(root, "t", "local")
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(dest, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		entry, err string
+	}{
+		{entry: "a/b.txt"},
+		{entry: "./a/../c.txt"},
+		{entry: "../x", err: "leads out of the destination"},
+		{entry: "/etc/passwd", err: "leads out of the destination"},
+		{entry: "link/passwd", err: "goes through the symbolic link"},
+		{entry: "a\x00b", err: "no usable name"},
+	} {
+		_, err := entryPath(root, dest, tc.entry)
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("entry %q: %v, want %q", tc.entry, err, tc.err)
+		}
+	}
+	for _, tc := range []struct {
+		target string
+		ok     bool
+	}{
+		{"lib.so.1", true}, {"../local/x", true}, {"../../../etc", false}, {"/etc", false},
+	} {
+		err := checkLink(dest, filepath.Join(dest, "sub", "l"), tc.target)
+		if (err == nil) != tc.ok {
+			t.Errorf("link to %s: %v", tc.target, err)
+		}
+	}
+	if _, err := securePath(root, filepath.Join(root, "..", "x")); err == nil {
+		t.Error("a path outside the root was accepted")
+	}
+}
