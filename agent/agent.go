@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,10 @@ type Agent struct {
 	uiPage  *ui.UI      // the status page
 	hist    *ui.History // what it plots: the last hour
 
+	// reconciled is closed once the reconcile at start has ended; jobs
+	// start after it.
+	reconciled chan struct{}
+
 	// Set by Run before ready is closed, read-only afterwards.
 	node     *node.Node
 	runner   *runner.Runner
@@ -68,15 +73,19 @@ type Agent struct {
 	// ctx starts the drain, which cancels the jobs one by one.
 	jobsCtx context.Context
 
+	// rejects logs rejected TCP requests, at most a line per interval.
+	rejects *rejectLog
+
 	runOnce sync.Once
 	keys    keyed.Mutex // serialises submit and stop of one job ID
 	gcMu    sync.Mutex  // one garbage collection at a time
 	runs    sync.WaitGroup
 
-	mu       sync.Mutex // guards what follows
-	jobs     map[string]*jobRun
-	draining bool
-	lastGC   *api.GCReport
+	mu          sync.Mutex // guards what follows
+	jobs        map[string]*jobRun
+	draining    bool
+	reconciling bool
+	lastGC      *api.GCReport
 }
 
 // New checks cfg and returns an agent; nothing is opened or started
@@ -91,7 +100,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, set: set, log: logger, version: "dev",
-		ready: make(chan struct{}), jobs: map[string]*jobRun{},
+		ready: make(chan struct{}), reconciled: make(chan struct{}), jobs: map[string]*jobRun{},
+		reconciling: true,
+		rejects:     &rejectLog{log: logger, every: time.Minute},
 	}
 	for _, o := range opts {
 		o(a)
@@ -100,8 +111,18 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	return a, nil
 }
 
-// Ready is closed once the agent reconciled and serves its API.
+// Ready is closed once the agent serves its API (the reconcile at start
+// may still run: see Reconciled).
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Reconciled is closed once the reconcile at start has ended.
+func (a *Agent) Reconciled() <-chan struct{} { return a.reconciled }
+
+func (a *Agent) isReconciling() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reconciling
+}
 
 // SocketPath is the API's unix socket; valid once Ready is closed.
 func (a *Agent) SocketPath() string { return a.unixAddr }
@@ -148,6 +169,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer tl.Close()
 		a.tcpAddr = tl.Addr().String()
 	}
+	defer a.rejects.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -168,38 +190,41 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runner = n.Runner()
 	a.jobsCtx = context.WithoutCancel(ctx)
 
-	// Reconcile before anything new starts: tasks a killed agent left,
-	// half-made and pending teardowns, and (gc_mode full) host leftovers.
-	if _, err := a.collect(ctx, "start", api.GCRequest{}, false); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("reconcile at start: %w", err)
-	}
-
+	// Serve first, reconcile in the background: an agent with a big store
+	// (tens of thousands of allocations a killed agent left) answers at
+	// once, and says it is reconciling; jobs submitted meanwhile start
+	// once it is done.
+	// The stored jobs are known before the API answers (a client that
+	// asks right after a restart finds them); those that resume start
+	// once the reconcile is done (start waits for it).
+	a.resumeJobs(ctx)
 	mux := a.routes()
 	serveErr := make(chan error, 2)
 	us := a.server(mux)
 	servers := []*http.Server{us}
-	go func() { serveErr <- serve(us, ul, "unix:"+cfg.API.Socket) }()
+	go func() { serveErr <- serve(us, a.limit(ul), "unix:"+cfg.API.Socket) }()
 	if tl != nil {
 		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
 		servers = append(servers, ts)
-		go func() { serveErr <- serve(ts, tl, "tcp:"+a.tcpAddr) }()
+		l := a.limit(tl)
+		if a.set.tls != nil {
+			l = tls.NewListener(l, a.set.tls)
+		}
+		go func() { serveErr <- serve(ts, l, "tcp:"+a.tcpAddr) }()
 	}
 
-	a.resumeJobs(ctx)
-
-	gcCtx, stopGC := context.WithCancel(a.jobsCtx)
-	gcDone := make(chan struct{})
+	bgCtx, stopBG := context.WithCancel(a.jobsCtx)
+	bgDone := make(chan struct{})
+	recErr := make(chan error, 1)
 	go func() {
-		defer close(gcDone)
-		a.gcLoop(gcCtx)
+		defer close(bgDone)
+		a.background(bgCtx, recErr)
 	}()
+	nomadDone := a.startNomad(bgCtx)
 
 	close(a.ready)
 	a.printBanner()
-	a.log.Info("berth agent ready", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", cfg.DataDir, "pid", os.Getpid())
+	a.log.Info("berth agent ready (reconciling in the background)", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", cfg.DataDir, "pid", os.Getpid())
 
 	var runErr error
 	select {
@@ -208,10 +233,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("API server: %w", err)
 		a.log.Error("API server failed; shutting down", "err", err)
+	case err := <-recErr:
+		runErr = fmt.Errorf("reconcile at start: %w", err)
+		a.log.Error("reconcile at start failed; shutting down", "err", err)
 	}
 
-	stopGC()
-	<-gcDone
+	stopBG()
+	<-bgDone
+	<-nomadDone
 	a.drain()
 
 	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
@@ -221,6 +250,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("berth agent stopped")
 	return runErr
+}
+
+// background is the agent's work beside the API: the reconcile at start
+// (tasks a killed agent left, half-made and pending teardowns, and with
+// gc_mode full host leftovers), then the allocation directories no
+// record knows, and the periodic gc until ctx ends. A failed reconcile is
+// sent on recErr (the agent shuts down).
+func (a *Agent) background(ctx context.Context, recErr chan<- error) {
+	_, err := a.collect(ctx, "start", api.GCRequest{}, false)
+	a.mu.Lock()
+	a.reconciling = false
+	a.mu.Unlock()
+	close(a.reconciled)
+	if err != nil {
+		if ctx.Err() == nil {
+			recErr <- err
+		}
+		return
+	}
+	a.log.Info("reconcile at start done")
+	a.node.SweepAllocDirs(ctx)
+	a.gcLoop(ctx)
 }
 
 // drain stops launching and stops every job, waiting until each run has
@@ -252,8 +303,12 @@ func (a *Agent) isDraining() bool {
 
 func (a *Agent) server(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: h,
+		// A client that trickles its request (a slow body, headers one
+		// byte at a time) holds a connection for at most read_timeout;
+		// responses are not bounded (logs, a stop that waits).
+		ReadHeaderTimeout: min(10*time.Second, a.set.readTimeout),
+		ReadTimeout:       a.set.readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
@@ -274,7 +329,13 @@ func (a *Agent) printBanner() {
 	cfg := a.cfg
 	tcp := "(off)"
 	if a.tcpAddr != "" {
-		tcp = a.tcpAddr + " (bearer token required)"
+		tcp = a.tcpAddr + " (bearer token required, plain HTTP)"
+		if a.set.tls != nil {
+			tcp = a.tcpAddr + " (TLS, bearer token required)"
+			if a.set.tls.ClientAuth == tls.RequireAndVerifyClientCert {
+				tcp = a.tcpAddr + " (TLS with client certificates, bearer token required)"
+			}
+		}
 	}
 	gcEvery := "every " + cfg.GCInterval
 	if a.set.gcInterval == 0 {
@@ -301,6 +362,7 @@ func (a *Agent) printBanner() {
 		{"Bridge network", fmt.Sprintf("%s (%s, %s)", cfg.Bridge.Network, cfg.Bridge.Iface, cfg.Bridge.Subnet)},
 		{"Podman socket", podmanSock},
 		{"GC", fmt.Sprintf("%s, mode %s", gcEvery, cfg.GCMode)},
+		{"Nomad", a.nomadBanner()},
 		{"Retention", fmt.Sprintf("%d finished allocations per job", cfg.Retention)},
 		{"Log", cfg.LogLevel + ", " + cfg.LogFormat},
 	}

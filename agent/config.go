@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,7 +12,9 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/hcllimit"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/nomad"
 	"github.com/berth/berth/store"
 )
 
@@ -51,6 +55,13 @@ type Config struct {
 	StopTimeout string `hcl:"stop_timeout,optional" help:"how long a job stop request waits for tasks and networks to be gone"`
 
 	API *APIConfig `hcl:"api,block"`
+	// Nomad, when present, makes the agent reclaim what Nomad leaves on
+	// this node (see package nomad): a full reconcile at start and every
+	// gc_interval, and each allocation's leftovers seconds after it turns
+	// terminal. Unset settings come from the nomad CLI's environment. Its
+	// flags are --nomad-address and --nomad-grace-period (the token is
+	// never a flag).
+	Nomad *nomad.Config `hcl:"nomad,block" flag:"-"`
 }
 
 // APIConfig says where the HTTP API listens.
@@ -63,9 +74,39 @@ type APIConfig struct {
 	// Token has no flag: the command line shows in ps.
 	Token string `hcl:"token,optional" flag:"-"`
 	// TokenFile holds the token (surrounding white space is ignored);
-	// it wins over Token.
-	TokenFile string `hcl:"token_file,optional" alias:"token-file" help:"file holding the bearer token the TCP API requires"`
+	// it wins over Token. It must not be accessible to group or others.
+	TokenFile string `hcl:"token_file,optional" alias:"token-file" help:"file holding the bearer token the TCP API requires (mode 0600 or stricter)"`
+	// TLS serves the TCP API over TLS; required on an address that is not
+	// loopback unless AllowPlaintext.
+	TLS *TLSConfig `hcl:"tls,block"`
+	// AllowPlaintext lets the TCP API listen on an address other than
+	// loopback without TLS: the token (root on this node) then crosses
+	// the network in clear text.
+	AllowPlaintext bool `hcl:"allow_plaintext,optional" help:"allow the TCP API without TLS on an address that is not loopback (the token travels in clear text)"`
+	// MaxConnections bounds the connections each listener (socket, TCP)
+	// serves at once; more wait in the kernel's backlog.
+	MaxConnections int `hcl:"max_connections,optional" help:"connections each API listener serves at once (further ones wait)"`
+	// ReadTimeout bounds how long a client may take to send a whole
+	// request, headers and body.
+	ReadTimeout string `hcl:"read_timeout,optional" help:"how long a client may take to send a whole request (headers and body)"`
 }
+
+// TLSConfig is the TCP API's TLS: the agent's certificate and key, and
+// the CA that client certificates are verified against.
+type TLSConfig struct {
+	CertFile string `hcl:"cert_file,optional" help:"PEM certificate (chain) the TCP API presents; with key_file, turns TLS on"`
+	KeyFile  string `hcl:"key_file,optional" help:"PEM private key of cert_file"`
+	// CAFile, when set, verifies the client certificates clients present
+	// (optional unless VerifyClient).
+	CAFile       string `hcl:"ca_file,optional" help:"PEM CA bundle that client certificates are verified against"`
+	VerifyClient bool   `hcl:"verify_client,optional" help:"require a client certificate signed by ca_file"`
+}
+
+// API defaults.
+const (
+	DefaultMaxConnections = 256
+	DefaultReadTimeout    = 30 * time.Second
+)
 
 // DefaultConfig is the configuration with every default filled in.
 func DefaultConfig() Config {
@@ -75,14 +116,21 @@ func DefaultConfig() Config {
 		GCMode:      GCFull,
 		Retention:   store.DefaultRetention,
 		StopTimeout: "2m",
-		API:         &APIConfig{Socket: api.DefaultSocket},
+		API: &APIConfig{Socket: api.DefaultSocket, TLS: &TLSConfig{},
+			MaxConnections: DefaultMaxConnections, ReadTimeout: DefaultReadTimeout.String()},
 	}
 }
 
 // LoadConfig reads an HCL configuration file over the defaults. Unknown
 // settings and wrong types are errors naming file:line:col.
 func LoadConfig(path string) (Config, error) {
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: read %s: %w", ErrInvalidConfig, path, err)
+	}
+	defer f.Close()
+	// One byte more than the parser takes, so that it names the limit.
+	src, err := io.ReadAll(io.LimitReader(f, hcllimit.MaxBytes+1))
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: read %s: %w", ErrInvalidConfig, path, err)
 	}
@@ -100,9 +148,13 @@ func ParseConfig(src []byte, filename string) (Config, error) {
 
 // settings is the configuration checked and converted.
 type settings struct {
+	nomad       *nomad.Settings
 	gcInterval  time.Duration
 	stopTimeout time.Duration
+	readTimeout time.Duration
 	token       string
+	// tls is the TCP API's TLS configuration; nil serves plain HTTP.
+	tls *tls.Config
 }
 
 // check validates cfg (the node's settings and the agent's) and resolves
@@ -113,6 +165,9 @@ func (cfg *Config) check() (*settings, error) {
 	s := &settings{}
 	if cfg.API == nil {
 		cfg.API = DefaultConfig().API
+	}
+	if cfg.API.TLS == nil {
+		cfg.API.TLS = &TLSConfig{}
 	}
 	if !filepath.IsAbs(cfg.API.Socket) {
 		p.Add("api.socket", "%q must be an absolute path", cfg.API.Socket)
@@ -134,14 +189,33 @@ func (cfg *Config) check() (*settings, error) {
 	if cfg.Retention < 1 {
 		p.Add("retention", "%d: keep at least 1 finished allocation per job", cfg.Retention)
 	}
+	// A program's APIConfig that leaves them out gets the defaults.
+	if cfg.API.MaxConnections == 0 {
+		cfg.API.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.API.ReadTimeout == "" {
+		cfg.API.ReadTimeout = DefaultReadTimeout.String()
+	}
+	if cfg.API.MaxConnections < 1 {
+		p.Add("api.max_connections", "%d: allow at least 1 connection", cfg.API.MaxConnections)
+	}
+	if s.readTimeout, err = time.ParseDuration(cfg.API.ReadTimeout); err != nil || s.readTimeout <= 0 {
+		p.Add("api.read_timeout", "%q: use a positive duration such as \"30s\"", cfg.API.ReadTimeout)
+	}
 	if cfg.API.TCPAddress != "" {
-		if _, _, err := net.SplitHostPort(cfg.API.TCPAddress); err != nil {
+		host, _, err := net.SplitHostPort(cfg.API.TCPAddress)
+		if err != nil {
 			p.Add("api.tcp_address", "%q: use host:port, e.g. 127.0.0.1:4646", cfg.API.TCPAddress)
+		}
+		s.tls = checkTLS(cfg.API.TLS, &p)
+		if err == nil && s.tls == nil && !isLoopback(host) && !cfg.API.AllowPlaintext {
+			p.Add("api.tcp_address", "%q is not a loopback address and the TCP API has no TLS: the token, which is root on this node, would cross the network in clear text; "+
+				"set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept that)", cfg.API.TCPAddress)
 		}
 		s.token = cfg.API.Token
 		tokenErr := false
 		if cfg.API.TokenFile != "" {
-			b, err := os.ReadFile(cfg.API.TokenFile)
+			b, err := readSecret(cfg.API.TokenFile)
 			if err != nil {
 				p.Add("api.token_file", "%v", err)
 				tokenErr = true
@@ -156,6 +230,13 @@ func (cfg *Config) check() (*settings, error) {
 			p.Addf("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
 		}
 	}
+	if cfg.Nomad != nil {
+		ns, err := nomad.FromEnv(os.Getenv).Over(*cfg.Nomad).Check()
+		if err != nil {
+			p.Addf("nomad: %v", err)
+		}
+		s.nomad = &ns
+	}
 	if err := p.Err(ErrInvalidConfig); err != nil {
 		return nil, err
 	}
@@ -169,7 +250,9 @@ func (cfg *Config) summary(tcpAddr string) api.ConfigSummary {
 		CNIConfigDir: cfg.CNIConfigDir, CNIPath: cfg.CNIPath, CNICacheDir: cfg.CNICacheDir,
 		PodmanSocket:  cfg.PodmanSocket,
 		BridgeNetwork: cfg.Bridge.Network, BridgeIface: cfg.Bridge.Iface, BridgeSubnet: cfg.Bridge.Subnet,
-		Socket: cfg.API.Socket, TCPAddress: tcpAddr, TokenSet: tcpAddr != "",
+		Socket: cfg.API.Socket, TCPAddress: tcpAddr, TokenSet: tcpAddr != "", TLS: tcpAddr != "" && cfg.API.TLS != nil && cfg.API.TLS.CertFile != "",
+		ClientCertRequired: tcpAddr != "" && cfg.API.TLS != nil && cfg.API.TLS.VerifyClient,
+		MaxConnections:     cfg.API.MaxConnections, ReadTimeout: cfg.API.ReadTimeout,
 		GCInterval: cfg.GCInterval, GCMode: cfg.GCMode, Retention: cfg.Retention, StopTimeout: cfg.StopTimeout,
 		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
 	}

@@ -36,7 +36,7 @@ func TestExampleConfigListsEverySetting(t *testing.T) {
 	cfg := DefaultConfig()
 	for _, s := range append(node.Settings(&cfg.Config), node.Settings(&cfg)...) {
 		key := s.Path[strings.LastIndex(s.Path, ".")+1:]
-		if !regexp.MustCompile(`(?m)^\s*(# )?` + regexp.QuoteMeta(key) + `\s*=`).Match(src) {
+		if !regexp.MustCompile(`(?m)^\s*(#\s*)?` + regexp.QuoteMeta(key) + `\s*=`).Match(src) {
 			t.Errorf("examples/agent/berth.hcl does not show %s", s.Path)
 		}
 	}
@@ -64,6 +64,30 @@ api {
 	}
 	if cfg.API.TCPAddress != "127.0.0.1:4646" || cfg.API.Socket != d.API.Socket {
 		t.Errorf("api block not overlaid: %+v", *cfg.API)
+	}
+}
+
+func TestNomadBlock(t *testing.T) {
+	t.Setenv("NOMAD_TOKEN", "from-env")
+	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:1")
+	cfg, err := ParseConfig([]byte("nomad {\n  address = \"http://127.0.0.1:25646\"\n  grace_period = \"2h\"\n}\n"), "a.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cfg.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.nomad; n == nil || n.Address != "http://127.0.0.1:25646" || n.Token != "from-env" || n.Grace.Hours() != 2 {
+		t.Errorf("nomad settings %+v", n)
+	}
+	def := DefaultConfig()
+	if s, _ := def.check(); s.nomad != nil {
+		t.Errorf("nomad on without a block")
+	}
+	cfg, _ = ParseConfig([]byte("nomad {\n  grace_period = \"soon\"\n}\n"), "a.hcl")
+	if _, err := cfg.check(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nomad: ") {
+		t.Errorf("bad grace period: %v", err)
 	}
 }
 
@@ -136,6 +160,90 @@ func TestConfigCheck(t *testing.T) {
 				t.Errorf("token from file = %q", s.token)
 			}
 		})
+	}
+}
+
+// The TCP API's hardening, checked before anything listens: a token file
+// others can read, a non-loopback address without TLS, a half TLS block.
+func TestConfigCheckTCPSecurity(t *testing.T) {
+	dir := t.TempDir()
+	p := newPKI(t, dir, "cfg")
+	token := func(mode os.FileMode) string {
+		f := filepath.Join(dir, "token-"+mode.String())
+		testenvMust(t, os.WriteFile(f, []byte("0123456789abcdef0123\n"), 0o600))
+		testenvMust(t, os.Chmod(f, mode))
+		return f
+	}
+	withTLS := func(c *Config) { c.API.TLS = &TLSConfig{CertFile: p.serverCert, KeyFile: p.serverKey} }
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string // "" means valid
+	}{
+		{"token file 0600", func(c *Config) { c.API.TokenFile = token(0o600) }, ""},
+		{"token file 0400", func(c *Config) { c.API.TokenFile = token(0o400) }, ""},
+		{"token file group-readable", func(c *Config) { c.API.TokenFile = token(0o640) }, "is accessible to group or others (mode 0640): `chmod 0600"},
+		{"token file world-readable", func(c *Config) { c.API.TokenFile = token(0o604) }, "accessible to group or others (mode 0604)"},
+		{"token file not regular", func(c *Config) { c.API.TokenFile = dir }, "is not a regular file"},
+		{"any address, plain", func(c *Config) { c.API.TCPAddress = "0.0.0.0:4646" }, `api.tcp_address (--api-tcp-address) "0.0.0.0:4646" is not a loopback address and the TCP API has no TLS`},
+		{"empty host, plain", func(c *Config) { c.API.TCPAddress = ":4646" }, "is not a loopback address"},
+		{"public name, plain", func(c *Config) { c.API.TCPAddress = "berth.example:4646" }, "is not a loopback address"},
+		{"any address, plain allowed", func(c *Config) { c.API.TCPAddress = "0.0.0.0:4646"; c.API.AllowPlaintext = true }, ""},
+		{"any address, TLS", func(c *Config) { c.API.TCPAddress = "0.0.0.0:4646"; withTLS(c) }, ""},
+		{"localhost, plain", func(c *Config) { c.API.TCPAddress = "localhost:4646" }, ""},
+		{"::1, plain", func(c *Config) { c.API.TCPAddress = "[::1]:4646" }, ""},
+		{"cert without key", func(c *Config) { c.API.TLS = &TLSConfig{CertFile: p.serverCert} }, "needs both cert_file and key_file"},
+		{"key of another cert", func(c *Config) { c.API.TLS = &TLSConfig{CertFile: p.serverCert, KeyFile: p.clientKey} }, "api.tls.cert_file (--api-tls-cert-file) cannot load"},
+		{"verify_client without ca", func(c *Config) { withTLS(c); c.API.TLS.VerifyClient = true }, "api.tls.verify_client (--api-tls-verify-client) needs api.tls.ca_file"},
+		{"ca not PEM", func(c *Config) { withTLS(c); c.API.TLS.CAFile = token(0o600) }, "holds no PEM certificate"},
+		{"world-readable key", func(c *Config) {
+			withTLS(c)
+			b, err := os.ReadFile(p.serverKey)
+			testenvMust(t, err)
+			c.API.TLS.KeyFile = filepath.Join(dir, "open-key.pem")
+			testenvMust(t, os.WriteFile(c.API.TLS.KeyFile, b, 0o600))
+			testenvMust(t, os.Chmod(c.API.TLS.KeyFile, 0o644))
+		}, "api.tls.key_file (--api-tls-key-file) " + filepath.Join(dir, "open-key.pem") + " is accessible to others (mode 0644): `chmod 0640"},
+		{"client certificates", func(c *Config) { withTLS(c); c.API.TLS.CAFile = p.caCert; c.API.TLS.VerifyClient = true }, ""},
+		{"bad read timeout", func(c *Config) { c.API.ReadTimeout = "0s" }, "api.read_timeout"},
+		{"no connections", func(c *Config) { c.API.MaxConnections = -1 }, "api.max_connections"},
+		{"limits left out", func(c *Config) { c.API.MaxConnections, c.API.ReadTimeout = 0, "" }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.API.TCPAddress, cfg.API.Token = "127.0.0.1:4646", "0123456789abcdef"
+			tc.edit(&cfg)
+			_, err := cfg.check()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("rejected: %v", err)
+			case tc.want != "" && (err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The agent's file gets the parser limits of job files: nesting that
+// would overflow the parser's stack is a positioned error.
+func TestParseConfigLimits(t *testing.T) {
+	deep := "x = " + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + "\n"
+	_, err := ParseConfig([]byte(deep), "deep.hcl")
+	if err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "deep.hcl:1:") || !strings.Contains(err.Error(), "Nested too deeply") {
+		t.Fatalf("deep nesting: %v", err)
+	}
+	big := filepath.Join(t.TempDir(), "big.hcl")
+	testenvMust(t, os.WriteFile(big, []byte("# "+strings.Repeat("x", 5<<20)+"\n"), 0o600))
+	if _, err := LoadConfig(big); err == nil || !strings.Contains(err.Error(), "File too large") {
+		t.Fatalf("big file: %v", err)
+	}
+}
+
+func testenvMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -46,17 +46,15 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 	out := wireGCReport(rep)
 	a.hist.RecordGC(time.Now(), why, out, err)
 	if !dryRun {
-		reclaimed := map[string]int{}
-		for _, it := range rep.Reclaimed {
-			reclaimed[it.Kind]++
-		}
+		reclaimed := out.ReclaimedByKind
 		runErr := err
 		if runErr == nil && len(rep.Errors) > 0 {
 			runErr = errors.New(strings.Join(rep.Errors, "; "))
 		}
 		a.met.GCRun(runErr, reclaimed)
+		kept := boundedGCReport(out, api.MaxGCReportItems)
 		a.mu.Lock()
-		a.lastGC = out
+		a.lastGC = kept
 		a.mu.Unlock()
 	}
 	if len(rep.Reclaimed) > 0 || len(rep.Errors) > 0 {

@@ -90,7 +90,7 @@ func (a *Agent) requireToken(next http.Handler) http.Handler {
 			if !ok {
 				reason = "no bearer token"
 			}
-			a.log.Warn("API request rejected", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "reason", reason)
+			a.rejects.reject(r.RemoteAddr, r.Method, r.URL.Path, reason)
 			reject.ServeHTTP(w, r)
 			return
 		}
@@ -205,7 +205,7 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Status: "draining", Version: a.version})
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.version})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: a.version, Reconciling: a.isReconciling()})
 }
 
 func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
@@ -223,10 +223,10 @@ func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {
 		return nil, err
 	}
 	a.mu.Lock()
-	draining, last := a.draining, a.lastGC
+	draining, reconciling, last := a.draining, a.reconciling, a.lastGC
 	a.mu.Unlock()
 	return &api.AgentSelf{
-		Version: a.version, PID: os.Getpid(), StartedAt: a.started, Draining: draining,
+		Version: a.version, PID: os.Getpid(), StartedAt: a.started, Draining: draining, Reconciling: reconciling,
 		Config: a.cfg.summary(a.tcpAddr), Jobs: a.jobCounts(), Allocations: by, LastGC: last,
 	}, nil
 }

@@ -75,6 +75,17 @@ type jobRun struct {
 	// stopping: a stop was asked (delete the record when done);
 	// replacing: a new submission waits for this run to end.
 	stopping, replacing bool
+	// unrecorded counts the allocations the store could not record;
+	// recordErr is the first one's cause.
+	unrecorded int
+	recordErr  string
+}
+
+func (jr *jobRun) recordError() string {
+	if jr.unrecorded <= 1 {
+		return jr.recordErr
+	}
+	return fmt.Sprintf("%d allocations could not be recorded; the first: %s", jr.unrecorded, jr.recordErr)
 }
 
 func (jr *jobRun) status() string {
@@ -91,7 +102,7 @@ func (jr *jobRun) status() string {
 
 // parseJob validates a job against this node, its drivers and CNI networks,
 // exactly as `berth run` does, and refuses it when this node does not meet
-// its constraints, datacenters or node pool.
+// its constraints or node pool, or could never hold one launch of it.
 func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v jobVars) (*jobspec.Job, error) {
 	opts := a.node.ParseOptions(ctx)
 	v.apply(&opts)
@@ -100,8 +111,14 @@ func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v job
 		return nil, err
 	}
 	var pe *jobspec.PlacementError
-	if err := job.Placement(opts.Node); errors.As(err, &pe) {
+	var ee *runner.ExhaustedError
+	switch err := a.node.Place(job); {
+	case errors.As(err, &pe):
 		return nil, jobspec.Diagnostics{pe.Diagnostic()}
+	case errors.As(err, &ee):
+		return nil, jobspec.Diagnostics{ee.Diagnostic()}
+	case err != nil:
+		return nil, err
 	}
 	return job, nil
 }
@@ -193,6 +210,7 @@ func (a *Agent) start(jr *jobRun) error {
 		return ErrDraining
 	}
 	jr.cancel, jr.done, jr.summary = cancel, make(chan struct{}), nil
+	jr.unrecorded, jr.recordErr = 0, ""
 	done := jr.done
 	a.runs.Add(1)
 	a.mu.Unlock()
@@ -202,8 +220,17 @@ func (a *Agent) start(jr *jobRun) error {
 		defer a.runs.Done()
 		defer close(done)
 		defer cancel()
+		select {
+		case <-a.reconciled:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			// Stopped (or drained) before the reconcile at start let it run.
+			a.finish(jr, nil, nil, false)
+			return
+		}
 		log.Info("job started", "type", job.Type, "groups", len(job.Groups))
-		sum, err := a.runner.RunJob(ctx, job, runner.RunOptions{OnAlloc: func(al *store.Allocation) { a.allocDone(log, al) }})
+		sum, err := a.runner.RunJob(ctx, job, runner.RunOptions{OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) }})
 		natural := ctx.Err() == nil
 		if err != nil {
 			log.Error("job run failed", "err", err)
@@ -214,9 +241,24 @@ func (a *Agent) start(jr *jobRun) error {
 }
 
 // allocDone logs an allocation's end with everything an operator greps
-// for: alloc_id, job, netns and network.
-func (a *Agent) allocDone(log *slog.Logger, al *store.Allocation) {
+// for: alloc_id, job, netns and network. An allocation the store could
+// not record is the job's error, so that its status says why.
+func (a *Agent) allocDone(log *slog.Logger, jr *jobRun, al *store.Allocation) {
 	a.recordAlloc(al)
+	for _, ev := range al.Events {
+		if ev.Type != runner.EventNotRecorded {
+			continue
+		}
+		a.mu.Lock()
+		jr.unrecorded++
+		if jr.recordErr == "" {
+			jr.recordErr = fmt.Sprintf("allocation %s could not be recorded: %s", al.ID, ev.Message)
+		}
+		jr.rec.Error = jr.recordError()
+		a.mu.Unlock()
+		log.Error("allocation could not be recorded", "alloc_id", al.ID, "err", ev.Message)
+		break
+	}
 	attrs := []any{"alloc_id", al.ID, "group", al.Group, "status", al.Status}
 	if n := al.Network; n != nil {
 		attrs = append(attrs, "netns", n.NetnsPath, "network", n.Network, "ipv4", strings.Join(n.IPv4, ","))
@@ -268,9 +310,12 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	default:
 		now := time.Now()
 		jr.rec.Status, jr.rec.FinishedAt = api.JobDead, &now
-		if runErr != nil {
+		switch {
+		case runErr != nil:
 			jr.rec.Error = runErr.Error()
-		} else if jr.replacing {
+		case jr.recordErr != "":
+			jr.rec.Error = jr.recordError()
+		case jr.replacing:
 			jr.rec.Error = "replaced by a new submission"
 		}
 		rec := jr.rec

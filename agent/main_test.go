@@ -135,7 +135,8 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// startAgent runs an agent in this process until the test ends.
+// startAgent runs an agent in this process until the test ends, and
+// returns once its reconcile at start is done.
 func (e *testEnv) startAgent(t *testing.T) (*Agent, *api.Client) {
 	t.Helper()
 	a, err := New(e.cfg, testLogger(t), WithVersion("test"))
@@ -155,7 +156,7 @@ func (e *testEnv) startAgent(t *testing.T) (*Agent, *api.Client) {
 		}
 	})
 	select {
-	case <-a.Ready():
+	case <-a.Reconciled():
 	case err := <-errc:
 		t.Fatalf("agent stopped before it was ready: %v", err)
 	case <-time.After(2 * time.Minute):

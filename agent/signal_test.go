@@ -52,7 +52,8 @@ func (e *testEnv) writeConfig(t *testing.T) string {
 	return path
 }
 
-// startBinary starts an agent process and waits until its API answers.
+// startBinary starts an agent process and waits until its API answers
+// and its reconcile at start is done.
 // Cleanup makes sure no agent of this test is left running and nothing of
 // its jobs is left: an agent still running gets SIGTERM (it drains); if
 // the last one was killed, a new one is started on the same data dir to
@@ -88,9 +89,9 @@ func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agen
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := c.Health(ctx)
+		h, err := c.Health(ctx)
 		cancel()
-		if err == nil {
+		if err == nil && !h.Reconciling {
 			return p
 		}
 		select {
@@ -306,8 +307,8 @@ func TestSIGKILLThenRestartReconciles(t *testing.T) {
 				t.Fatalf("a killed agent leaves its socket; it is gone: %v", err)
 			}
 
-			// The stale socket is replaced; the reconcile runs before the
-			// API answers.
+			// The stale socket is replaced; startBinary waits for the
+			// reconcile, which runs while the API answers.
 			e.startBinary(t, cfgPath, c)
 			if !taskGone(t, h) {
 				t.Errorf("task %+v of the killed agent still runs after the restart", h)

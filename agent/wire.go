@@ -183,11 +183,39 @@ func wireGCReport(r *gc.Report) *api.GCReport {
 		}
 		return out
 	}
-	return &api.GCReport{
+	out := &api.GCReport{
 		DryRun: r.DryRun, StoreUnavailable: r.StoreUnavailable, Reboot: r.Reboot,
 		Found: items(r.Found), Reclaimed: items(r.Reclaimed), Kept: items(r.Kept),
 		Errors: append([]string{}, r.Errors...), DurationMS: r.DurationMS,
+		FoundTotal: len(r.Found), ReclaimedTotal: len(r.Reclaimed), KeptTotal: len(r.Kept), ErrorsTotal: len(r.Errors),
 	}
+	for _, it := range r.Reclaimed {
+		if out.ReclaimedByKind == nil {
+			out.ReclaimedByKind = map[string]int{}
+		}
+		out.ReclaimedByKind[it.Kind]++
+	}
+	return out
+}
+
+// boundedGCReport is r with at most n items in each list (the totals
+// still count them all): what the agent keeps of its last collection, so
+// that /v1/agent/self does not grow with what one collection found.
+func boundedGCReport(r *api.GCReport, n int) *api.GCReport {
+	c := *r
+	cut := func(l []api.GCItem) []api.GCItem {
+		if len(l) > n {
+			c.Omitted = true
+			return append([]api.GCItem(nil), l[:n]...)
+		}
+		return l
+	}
+	c.Found, c.Reclaimed, c.Kept = cut(r.Found), cut(r.Reclaimed), cut(r.Kept)
+	if len(r.Errors) > n {
+		c.Omitted = true
+		c.Errors = append([]string(nil), r.Errors[:n]...)
+	}
+	return &c
 }
 
 func wireDiagnostics(ds []jobspec.Diagnostic) []api.Diagnostic {

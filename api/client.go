@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,15 +49,75 @@ type Client struct {
 	hc    *http.Client
 }
 
+// ClientOptions are how a client authenticates to an agent and checks
+// it. The zero value sends no token and trusts the system's CAs.
+type ClientOptions struct {
+	// Token is sent as a bearer token when not empty; the agent requires
+	// it on TCP.
+	Token string
+	// CACert is a PEM file of the CA(s) that sign the agent's certificate
+	// (an https:// address); empty trusts the system's CAs.
+	CACert string
+	// ClientCert and ClientKey are a PEM certificate and key presented to
+	// an agent that asks for client certificates.
+	ClientCert, ClientKey string
+	// TLSServerName is the name the agent's certificate must carry, when
+	// it is not the address's host.
+	TLSServerName string
+}
+
+// OptionsFromEnv are the options the environment gives: BERTH_TOKEN (or
+// the file BERTH_TOKEN_FILE names), BERTH_CACERT, BERTH_CLIENT_CERT,
+// BERTH_CLIENT_KEY and BERTH_TLS_SERVER_NAME.
+func OptionsFromEnv() (ClientOptions, error) {
+	o := ClientOptions{
+		Token: os.Getenv(EnvToken), CACert: os.Getenv(EnvCACert),
+		ClientCert: os.Getenv(EnvClientCert), ClientKey: os.Getenv(EnvClientKey), TLSServerName: os.Getenv(EnvTLSServerName),
+	}
+	if f := os.Getenv(EnvTokenFile); f != "" && o.Token == "" {
+		t, err := ReadTokenFile(f)
+		if err != nil {
+			return o, err
+		}
+		o.Token = t
+	}
+	return o, nil
+}
+
+// ReadTokenFile reads a bearer token from a file (surrounding white space
+// is ignored), so that it never has to be on a command line.
+func ReadTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return "", fmt.Errorf("read token file %s: %w", path, err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return t, nil
+}
+
 // NewClient returns a client of the agent at address: "unix:///path" or an
-// absolute socket path, or "http://host:port" (a bare "host:port" means
-// http). token is sent as a bearer token when not empty; the agent
-// requires it on TCP.
+// absolute socket path, or "http://host:port" or "https://host:port" (a
+// bare "host:port" means http). token is sent as a bearer token when not
+// empty; the agent requires it on TCP.
 func NewClient(address, token string) (*Client, error) {
+	return NewClientWithOptions(address, ClientOptions{Token: token})
+}
+
+// NewClientWithOptions is NewClient with TLS settings, which an https://
+// address uses (any other ignores them, as Nomad's CLI does).
+func NewClientWithOptions(address string, o ClientOptions) (*Client, error) {
 	if address == "" {
 		address = DefaultAddress
 	}
-	c := &Client{addr: address, token: token}
+	c := &Client{addr: address, token: o.Token}
 	switch {
 	case strings.HasPrefix(address, "unix://") || strings.HasPrefix(address, "/"):
 		path := strings.TrimPrefix(address, "unix://")
@@ -77,7 +140,15 @@ func NewClient(address, token string) (*Client, error) {
 			return nil, fmt.Errorf("agent address %q: not a URL with a host", address)
 		}
 		c.base = strings.TrimSuffix(u.String(), "/")
-		c.hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if u.Scheme == "https" {
+			tc, err := o.tlsConfig()
+			if err != nil {
+				return nil, fmt.Errorf("agent address %q: %w", address, err)
+			}
+			tr.TLSClientConfig = tc
+		}
+		c.hc = &http.Client{Transport: tr}
 	default:
 		if _, _, err := net.SplitHostPort(address); err != nil {
 			return nil, fmt.Errorf("agent address %q: use unix:///path/to/berth.sock or http://host:port", address)
@@ -323,4 +394,30 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 	}
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+func (o ClientOptions) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName}
+	if o.CACert != "" {
+		pem, err := os.ReadFile(o.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("CA certificate: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA certificate %s holds no PEM certificate", o.CACert)
+		}
+		tc.RootCAs = pool
+	}
+	if (o.ClientCert == "") != (o.ClientKey == "") {
+		return nil, fmt.Errorf("a client certificate needs both its certificate (%q) and its key (%q)", o.ClientCert, o.ClientKey)
+	}
+	if o.ClientCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.ClientCert, o.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }

@@ -51,10 +51,17 @@ const (
 	DefaultAddress = "unix://" + DefaultSocket
 	// MaxBodyBytes bounds a request body; larger ones get 413.
 	MaxBodyBytes = 1 << 20
-	// EnvAddress and EnvToken name the environment variables the CLI reads
-	// when --address and --token are not given.
-	EnvAddress = "BERTH_ADDR"
-	EnvToken   = "BERTH_TOKEN"
+	// EnvAddress, EnvToken and the others name the environment variables
+	// the CLI reads (OptionsFromEnv): the agent's address, its bearer token
+	// (or a file holding it: a token is never a command-line argument,
+	// which ps shows), and the TLS files of an https:// address.
+	EnvAddress       = "BERTH_ADDR"
+	EnvToken         = "BERTH_TOKEN"
+	EnvTokenFile     = "BERTH_TOKEN_FILE"
+	EnvCACert        = "BERTH_CACERT"
+	EnvClientCert    = "BERTH_CLIENT_CERT"
+	EnvClientKey     = "BERTH_CLIENT_KEY"
+	EnvTLSServerName = "BERTH_TLS_SERVER_NAME"
 )
 
 // ErrorResponse is the body of every error.
@@ -88,22 +95,28 @@ type Health struct {
 	// Status is "ok", or "draining" (with 503) while the agent shuts down.
 	Status  string `json:"status"`
 	Version string `json:"version"` // berth's version
+	// Reconciling is set while the reconcile at start runs (the API
+	// answers meanwhile; submitted jobs start once it is done).
+	Reconciling bool `json:"reconciling,omitempty"`
 }
 
 // AgentSelf is GET /v1/agent/self.
 type AgentSelf struct {
-	Version   string        `json:"version"` // berth's version
-	PID       int           `json:"pid"`
-	StartedAt time.Time     `json:"started_at"`
-	Draining  bool          `json:"draining"` // shutting down: no new launches
-	Config    ConfigSummary `json:"config"`
+	Version   string    `json:"version"` // berth's version
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	Draining  bool      `json:"draining"` // shutting down: no new launches
+	// Reconciling: the reconcile at start still runs.
+	Reconciling bool          `json:"reconciling,omitempty"`
+	Config      ConfigSummary `json:"config"`
 	// Jobs counts the known jobs by status (JobRunning, ...).
 	Jobs map[string]int `json:"jobs_by_status"`
 	// Allocations counts the stored allocations by status (AllocPending, ...).
 	Allocations map[string]int `json:"allocations_by_status"`
 	// LastGC is the report of the last garbage collection that was not a
 	// dry run (the reconcile at start, the periodic one, or one asked
-	// through the API); absent before the first.
+	// through the API); absent before the first. Its lists are bounded
+	// (MaxGCReportItems each, Omitted set); its totals are not.
 	LastGC *GCReport `json:"last_gc,omitempty"`
 }
 
@@ -123,12 +136,18 @@ type ConfigSummary struct {
 	Socket        string   `json:"socket"`
 	TCPAddress    string   `json:"tcp_address,omitempty"` // host:port actually listened on
 	TokenSet      bool     `json:"token_set"`             // a bearer token is configured
-	GCInterval    string   `json:"gc_interval"`
-	GCMode        string   `json:"gc_mode"`   // "full" or "records"
-	Retention     int      `json:"retention"` // terminal allocations kept per job
-	StopTimeout   string   `json:"stop_timeout"`
-	LogLevel      string   `json:"log_level"`
-	LogFormat     string   `json:"log_format"`
+	// TLS: the TCP API is served over TLS; ClientCertRequired: clients
+	// must present a certificate signed by the configured CA.
+	TLS                bool   `json:"tls,omitempty"`
+	ClientCertRequired bool   `json:"client_cert_required,omitempty"`
+	MaxConnections     int    `json:"max_connections,omitempty"` // per listener
+	ReadTimeout        string `json:"read_timeout,omitempty"`
+	GCInterval         string `json:"gc_interval"`
+	GCMode             string `json:"gc_mode"`   // "full" or "records"
+	Retention          int    `json:"retention"` // terminal allocations kept per job
+	StopTimeout        string `json:"stop_timeout"`
+	LogLevel           string `json:"log_level"`
+	LogFormat          string `json:"log_format"`
 }
 
 // JobSubmitRequest is the body of POST /v1/jobs and /v1/jobs/plan.
@@ -549,7 +568,21 @@ type GCReport struct {
 	// Errors are what could not be reclaimed; a later run retries.
 	Errors     []string `json:"errors"`
 	DurationMS float64  `json:"duration_ms"`
+	// FoundTotal, ReclaimedTotal, KeptTotal and ErrorsTotal count every
+	// item, also those a bounded copy of the report leaves out (Omitted).
+	FoundTotal     int `json:"found_total"`
+	ReclaimedTotal int `json:"reclaimed_total"`
+	KeptTotal      int `json:"kept_total"`
+	ErrorsTotal    int `json:"errors_total"`
+	// ReclaimedByKind counts the reclaimed items by kind (GCNetns, ...).
+	ReclaimedByKind map[string]int `json:"reclaimed_by_kind,omitempty"`
+	// Omitted is set when the lists hold only the first MaxGCReportItems
+	// items each (AgentSelf.LastGC): the totals count them all.
+	Omitted bool `json:"omitted,omitempty"`
 }
+
+// MaxGCReportItems is how many items of each list AgentSelf.LastGC keeps.
+const MaxGCReportItems = 100
 
 // Job is a parsed, validated job with every default filled in, as
 // POST /v1/jobs/plan and GET /v1/job/{id} show it.

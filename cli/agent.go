@@ -14,6 +14,7 @@ import (
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/nomad"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {
@@ -22,6 +23,7 @@ func newAgentCmd(g *Globals) *cobra.Command {
 	// global flags (g.flags).
 	d := agent.DefaultConfig()
 	var own *node.Flags
+	var applyNomad func(*agent.Config)
 	cmd := &cobra.Command{
 		Use:   "agent [-config FILE] [flags]",
 		Short: "Run berth as a service: run submitted jobs, serve the HTTP API and /metrics, collect garbage",
@@ -68,6 +70,7 @@ a flag given on the command line wins over the file. Both -config and
 			}
 			g.flags.Overlay(&cfg.Config)
 			own.Overlay(&cfg)
+			applyNomad(&cfg)
 			if g.runAgent != nil {
 				return g.runAgent(cmd.Context(), cfg)
 			}
@@ -79,6 +82,25 @@ a flag given on the command line wins over the file. Both -config and
 	f.SetOutput(g.stderr)
 	f.StringVar(&file, "config", "", "HCL configuration file (settings given as flags win over it)")
 	own = node.BindFlags(f, &d)
+	// The nomad block's two flags; its other settings come from the file
+	// or the nomad CLI's environment (the token never from a flag).
+	var nomadAddr, nomadGrace string
+	f.StringVar(&nomadAddr, "nomad-address", "", "reclaim what Nomad leaves on this node, asking this node's Nomad client agent at this address (as a nomad block; other settings from NOMAD_* variables)")
+	f.StringVar(&nomadGrace, "nomad-grace-period", "", "with a nomad block: reclaim what Nomad no longer knows once its evidence is older than this (default 1h)")
+	applyNomad = func(cfg *agent.Config) {
+		if nomadAddr == "" && nomadGrace == "" {
+			return
+		}
+		if cfg.Nomad == nil {
+			cfg.Nomad = &nomad.Config{}
+		}
+		if nomadAddr != "" {
+			cfg.Nomad.Address = nomadAddr
+		}
+		if nomadGrace != "" {
+			cfg.Nomad.GracePeriod = nomadGrace
+		}
+	}
 	return cmd
 }
 
@@ -112,10 +134,18 @@ func longFlags(cmd *cobra.Command, args []string) []string {
 	return out
 }
 
-// ClientFlags are the flags of the commands that talk to an agent.
+// ClientFlags are the flags of the commands that talk to an agent. The
+// token is never a flag's value (ps shows command lines): it comes from
+// BERTH_TOKEN or a file (--token-file, BERTH_TOKEN_FILE).
 type ClientFlags struct {
-	Address string
-	Token   string
+	Address   string
+	TokenFile string
+	// Token is the removed --token, kept hidden to say what to use.
+	Token         string
+	CACert        string
+	ClientCert    string
+	ClientKey     string
+	TLSServerName string
 }
 
 func (cf *ClientFlags) register(cmd *cobra.Command) {
@@ -124,12 +154,42 @@ func (cf *ClientFlags) register(cmd *cobra.Command) {
 		addr = api.DefaultAddress
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&cf.Address, "address", addr, "agent address: unix:///path/to/berth.sock or http://host:port (env "+api.EnvAddress+")")
-	pf.StringVar(&cf.Token, "token", os.Getenv(api.EnvToken), "bearer token for an agent's TCP address (env "+api.EnvToken+")")
+	pf.StringVar(&cf.Address, "address", addr, "agent address: unix:///path/to/berth.sock, http://host:port or https://host:port (env "+api.EnvAddress+")")
+	pf.StringVar(&cf.TokenFile, "token-file", os.Getenv(api.EnvTokenFile), "file holding the bearer token of an agent's TCP address (env "+api.EnvTokenFile+"; or the token itself in "+api.EnvToken+")")
+	pf.StringVar(&cf.CACert, "ca-cert", os.Getenv(api.EnvCACert), "PEM CA certificate that signs the agent's certificate, for https:// (env "+api.EnvCACert+")")
+	pf.StringVar(&cf.ClientCert, "client-cert", os.Getenv(api.EnvClientCert), "PEM client certificate for an agent that asks for one (env "+api.EnvClientCert+")")
+	pf.StringVar(&cf.ClientKey, "client-key", os.Getenv(api.EnvClientKey), "PEM key of --client-cert (env "+api.EnvClientKey+")")
+	pf.StringVar(&cf.TLSServerName, "tls-server-name", os.Getenv(api.EnvTLSServerName), "name the agent's certificate must carry, if not the address's host (env "+api.EnvTLSServerName+")")
+	pf.StringVar(&cf.Token, "token", "", "removed: use "+api.EnvToken+" or --token-file")
+	_ = pf.MarkHidden("token")
+}
+
+// ErrTokenFlag: --token was given; a token on the command line is visible
+// to every user of the machine (ps, /proc/<pid>/cmdline).
+var ErrTokenFlag = errors.New("--token is not accepted: a token on the command line is visible to every user (ps); put it in " + api.EnvToken + " or in a file named by --token-file")
+
+// options are the client options the flags and the environment give.
+func (cf *ClientFlags) options() (api.ClientOptions, error) {
+	if cf.Token != "" {
+		return api.ClientOptions{}, ErrTokenFlag
+	}
+	o := api.ClientOptions{Token: os.Getenv(api.EnvToken), CACert: cf.CACert, ClientCert: cf.ClientCert, ClientKey: cf.ClientKey, TLSServerName: cf.TLSServerName}
+	if cf.TokenFile != "" {
+		t, err := api.ReadTokenFile(cf.TokenFile)
+		if err != nil {
+			return o, err
+		}
+		o.Token = t
+	}
+	return o, nil
 }
 
 func (cf *ClientFlags) client() (*api.Client, error) {
-	return api.NewClient(cf.Address, cf.Token)
+	o, err := cf.options()
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClientWithOptions(cf.Address, o)
 }
 
 // agentCall makes one call to the agent with a client of its own, and
@@ -160,14 +220,21 @@ func agentErr(err error) error {
 // $BERTH_ADDR) if one answers there, for commands that work with or
 // without an agent. ok is false when none answers.
 func agentClient(ctx context.Context, cf *ClientFlags) (c *api.Client, ok bool, err error) {
-	addr, token := os.Getenv(api.EnvAddress), os.Getenv(api.EnvToken)
+	addr := os.Getenv(api.EnvAddress)
+	var o api.ClientOptions
 	if cf != nil {
-		addr, token = cf.Address, cf.Token
+		addr = cf.Address
+		o, err = cf.options()
+	} else {
+		o, err = api.OptionsFromEnv()
+	}
+	if err != nil {
+		return nil, false, err
 	}
 	if addr == "" {
 		addr = api.DefaultAddress
 	}
-	c, err = api.NewClient(addr, token)
+	c, err = api.NewClientWithOptions(addr, o)
 	if err != nil {
 		return nil, false, err
 	}

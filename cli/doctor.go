@@ -35,21 +35,31 @@ func (g *Globals) DoctorOptions(n *node.Node, leaks doctor.LeakFinder) doctor.Op
 }
 
 func newDoctorCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
+	var nf nomadFlags
+	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check that this node can run berth, and say how to fix what is wrong (exit 1 if a check fails)",
 		Long: `Checks privileges and kernel support for network namespaces, the netns
 directory's mounts, every CNI configuration and the plugins it names,
 iptables, podman, berth's store, and leftovers gc would reclaim. Each
 problem is printed with the command or setting that fixes it. Nothing is
-changed. Exit status 1 if any check fails; warnings do not fail.`,
+changed. Exit status 1 if any check fails; warnings do not fail.
+
+With --nomad it also checks the connection to this node's Nomad client agent
+(the --nomad-* flags and NOMAD_* variables, as for gc --nomad).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nf.needSwitch(cmd.Flags(), "nomad"); err != nil {
+				return err
+			}
 			n, err := g.newNode()
 			if err != nil {
 				return err
 			}
 			rep := doctor.Run(cmd.Context(), g.DoctorOptions(n, g.gcLeakFinder()))
+			if nf.on {
+				rep = doctor.NewReport(append(rep.Checks, g.nomadChecks(cmd.Context(), &nf)...))
+			}
 			if g.JSON {
 				if err := g.PrintJSON(rep); err != nil {
 					return err
@@ -63,6 +73,8 @@ changed. Exit status 1 if any check fails; warnings do not fail.`,
 			return nil
 		},
 	}
+	nf.register(cmd.Flags(), "nomad", "also check the connection to this node's Nomad client agent")
+	return cmd
 }
 
 // gcLeakFinder reports what `berth gc --dry-run` would reclaim. When the

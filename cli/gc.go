@@ -11,12 +11,14 @@ import (
 
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/nomad"
 	"github.com/berth/berth/store"
 )
 
 func newGCCmd(g *Globals) *cobra.Command {
 	var dryRun bool
-	var prefixes, networks []string
+	var prefixes, networks, only []string
+	var nf nomadFlags
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Reclaim what crashes, reboots and failed teardowns left: tasks of dead owners, namespaces, CNI cache entries, leases, iptables rules",
@@ -25,10 +27,31 @@ berth's leftovers. It touches only what is provably berth's (its store, libcni
 cache entries carrying BERTH_ID, leases and iptables markers of berth's networks
 whose ID nobody knows) unless --foreign-prefix or --foreign-network name more.
 It exits 0 when it ran, even if it found things, and 1 if something could not
-be reclaimed.`,
+be reclaimed.
+
+With --nomad it reclaims what Nomad left on this node instead, with Nomad as
+the owner that says what is live: namespaces in /var/run/netns named by an
+allocation ID, and that allocation's libcni cache entries, host-local leases
+and iptables rules in Nomad's networks (its CNI config dir's, and "nomad" of
+bridge mode), when the allocation is complete, failed or lost, or Nomad no
+longer knows it and its evidence is older than --nomad-grace-period; never
+anything of a pending or running allocation, nor a namespace a process lives
+in. If the Nomad client agent cannot be reached or answers with an error,
+nothing is touched and gc exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := nf.needSwitch(cmd.Flags(), "nomad"); err != nil {
+				return err
+			}
+			var owner *nomad.Owner
+			if nf.on {
+				// Before anything else: without Nomad's answer nothing may go.
+				var err error
+				if owner, err = g.connectNomad(ctx, &nf); err != nil {
+					return err
+				}
+			}
 			n, err := g.newNode()
 			if err != nil {
 				return err
@@ -48,6 +71,10 @@ be reclaimed.`,
 			opts.IgnoreBackoff = true
 			opts.ForeignPrefixes = prefixes
 			opts.ForeignNetworks = networks
+			opts.IDs = only
+			if owner != nil {
+				opts.Owners, opts.OwnersOnly = []gc.Owner{owner}, true
+			}
 			rep, err := gc.Run(ctx, opts)
 			if rep != nil {
 				if perr := g.printGCReport(rep); perr != nil {
@@ -67,6 +94,8 @@ be reclaimed.`,
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be reclaimed and change nothing")
 	f.StringArrayVar(&prefixes, "foreign-prefix", nil, "also reclaim namespaces in --netns-dir whose name starts with this prefix (repeatable; e.g. for a host another orchestrator left dirty)")
 	f.StringArrayVar(&networks, "foreign-network", nil, "also reclaim attachments of this CNI network that berth has no record of (repeatable)")
+	f.StringArrayVar(&only, "only", nil, "limit the sweep to this container ID or namespace name, e.g. one allocation (repeatable); berth's records are then not replayed")
+	nf.register(f, "nomad", "reclaim what Nomad left on this node, with the local Nomad client agent saying which allocations are live (instead of berth's own sweep)")
 	return cmd
 }
 
@@ -141,6 +170,12 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 		why := r.it.Reason
 		if r.it.Path != "" && !strings.Contains(why, r.it.Path) {
 			why = r.it.Path + ": " + why
+		}
+		if r.it.Age != "" {
+			why += " [age " + r.it.Age + "]"
+		}
+		if r.it.Holders != "" {
+			why += " [in it: " + r.it.Holders + "]"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.it.Kind, dash(r.it.ID), dash(r.it.Network), r.state, why)
 	}

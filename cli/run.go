@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
 )
 
@@ -28,24 +30,25 @@ func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *V
 }
 
 // placeJob is parseJob, then a refusal when this node does not meet the
-// job's constraints or node pool: before anything is created.
+// job's constraints or node pool, or could never hold one launch of it:
+// before anything is created.
 func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
 	job, err := g.parseJob(ctx, n, path, vf)
 	if err != nil {
 		return nil, err
 	}
-	if err := job.Placement(n.Attrs); err != nil {
+	if err := n.Place(job); err != nil {
 		return nil, err
 	}
 	return job, nil
 }
 
-// nomadFlags are the long flags Nomad's commands spell with one dash that
+// singleDashFlags are the long flags Nomad's commands spell with one dash that
 // berth's commands share: -var and -var-file (job run, plan, validate),
 // -meta and -detach (job dispatch).
-var nomadFlags = []string{"var", "var-file", "meta", "detach"}
+var singleDashFlags = []string{"var", "var-file", "meta", "detach"}
 
-// NomadArgs rewrites Nomad's single-dash long flags (nomadFlags, also
+// NomadArgs rewrites Nomad's single-dash long flags (singleDashFlags, also
 // with "=VALUE") to the double-dash ones the flag parser knows, so a
 // command line written for `nomad job run` or `nomad job dispatch` works
 // unchanged. Arguments after "--" are left alone.
@@ -59,7 +62,7 @@ func NomadArgs(args []string) []string {
 			done = true
 		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--"):
 			name, _, _ := strings.Cut(a[1:], "=")
-			if slices.Contains(nomadFlags, name) {
+			if slices.Contains(singleDashFlags, name) {
 				a = "-" + a
 			}
 		}
@@ -108,6 +111,13 @@ NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the en
 			job, err := g.parseJob(cmd.Context(), n, args[0], vf)
 			if err != nil {
 				return err
+			}
+			// As with constraints: validate warns, run refuses.
+			var ee *runner.ExhaustedError
+			if err := n.Capacity.Admissible(job); errors.As(err, &ee) {
+				d := ee.Diagnostic()
+				d.Detail += "; the file is valid, but run refuses the job on this node"
+				job.Warnings = append(job.Warnings, d)
 			}
 			var next []time.Time
 			if job.Periodic != nil {

@@ -78,7 +78,7 @@ func writeConfig(t *testing.T, dir string, s scrapeSetup) string {
 	src := string(readFile(t, promConfig))
 	for _, r := range []struct{ old, new string }{
 		{`targets: ["127.0.0.1:4646"]`, fmt.Sprintf("targets: [%q]", s.target)},
-		{"credentials_file: /etc/berth/token", "credentials_file: " + s.tokenFile},
+		{"credentials_file: /etc/prometheus/berth-token", "credentials_file: " + s.tokenFile},
 		{"scrape_interval: 15s", "scrape_interval: " + s.interval},
 		{"evaluation_interval: 15s", "evaluation_interval: " + s.interval},
 	} {
@@ -131,6 +131,10 @@ func seriesNames(t *testing.T) map[string][]string {
 	m.AllocDone("complete")
 	m.SetPendingTeardowns(1)
 	m.AllocPhase("add", time.Millisecond)
+	m.NomadReclaimed("netns", 1)
+	m.NomadAPIError("allocation")
+	m.NomadReclaimLatency(time.Second)
+	m.NomadConnected(true)
 	rec := httptest.NewRecorder()
 	m.InstrumentHandler("/x", http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil))
 	fams, err := reg.Gather()
@@ -569,12 +573,12 @@ func TestPrometheusScrapesAgent(t *testing.T) {
 			}
 		}
 	}
-	if seen != 6 {
-		t.Errorf("%d rules loaded, want 6", seen)
+	if seen != 7 {
+		t.Errorf("%d rules loaded, want 7", seen)
 	}
 
 	// Every dashboard query runs; those over what the test did have data.
-	mayBeEmpty := regexp.MustCompile(`result="error"|check_failures|heals|holders_seen|gc_reclaimed`)
+	mayBeEmpty := regexp.MustCompile(`result="error"|check_failures|heals|holders_seen|gc_reclaimed|nomad_`)
 	for title, exprs := range dashboardExprs(t) {
 		for _, e := range exprs {
 			if r := p.query(t, e); len(r) == 0 && !mayBeEmpty.MatchString(e) {
@@ -613,7 +617,7 @@ func startAgent(t *testing.T, cfg agent.Config, logPath string) *agent.Agent {
 		}
 	})
 	select {
-	case <-a.Ready():
+	case <-a.Reconciled():
 	case err := <-errc:
 		t.Fatalf("agent stopped before it was ready: %v", err)
 	case <-time.After(2 * time.Minute):

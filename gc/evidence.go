@@ -21,6 +21,12 @@ type network struct {
 	// leaseDirs are host-local's directories for this network.
 	leaseDirs []string
 	subnets   []*net.IPNet
+	// berths: berth uses the network (its config dir, records, cache
+	// entries, or the caller named it), so IDs nobody knows in it are
+	// berth's leftovers. owner: the Owner that uses it, which judges the
+	// IDs it claims; IDs it does not claim are left alone unless berths.
+	berths bool
+	owner  Owner
 }
 
 // hostLocal reads where the network's host-local IPAM keeps leases and

@@ -57,6 +57,15 @@ type Item struct {
 	Network string `json:"network,omitempty"`
 	Path    string `json:"path,omitempty"`
 	Reason  string `json:"reason"`
+	// Owner names the Owner whose verdict decided (empty for berth's own).
+	Owner string `json:"owner,omitempty"`
+	// Status is the owner's state of it ("complete", "running", "unknown
+	// to Nomad"); Age how old the evidence is (a namespace's pin, a lease
+	// file), when the host tells; Holders the processes that live in its
+	// namespace.
+	Status  string `json:"status,omitempty"`
+	Age     string `json:"age,omitempty"`
+	Holders string `json:"holders,omitempty"`
 }
 
 // Report says what a run found and did. Reclaimed repeats the Found items
@@ -118,6 +127,17 @@ type Options struct {
 	Now func() time.Time
 	// TaskTimeout bounds the stop of one task (default 1 minute).
 	TaskTimeout time.Duration
+	// Owners are other runtimes whose leftovers gc may reclaim when they
+	// say those are dead (see Owner).
+	Owners []Owner
+	// OwnersOnly limits the run to what an owner claims: berth's records
+	// are not replayed (steps 1 and 2), IDs nobody claims are left alone
+	// in every network, and nothing is tidied (step 8).
+	OwnersOnly bool
+	// IDs, when set, limits the sweep to these container IDs and namespace
+	// names (one allocation's leftovers): steps 1, 2, 6 and 8 are skipped,
+	// and so are the firewall rules that name an address only.
+	IDs []string
 	// TidyIdle: the networks berth used (store.ListNetworks) that have had
 	// no attachment for at least this long get their bridge, host-local
 	// directory and the shared chains removed, when nothing of any runtime
@@ -172,8 +192,21 @@ type run struct {
 	handled map[string]bool
 	// storeID is this berth's store ID, for evidence.Owned.
 	storeID string
-	drivers map[string]driver.Driver
-	opened  []driver.Driver
+	// ids is Options.IDs as a set (nil: everything).
+	ids map[string]bool
+	// stay are the container IDs whose cache entries stay (kept, or their
+	// reclaim failed): step 7 leaves their namespaces.
+	stay map[string]bool
+	// netnsDone are the namespaces steps 3 to 6 removed (or, in a dry
+	// run, would), by netnsKey: step 7 does not report them again.
+	netnsDone map[string]bool
+	// ownerNets are the owners' networks, by name.
+	ownerNets map[string]ownerNet
+	// memberIdx maps namespace inodes to the processes living in them,
+	// read once per run when an owner's namespace is judged.
+	memberIdx map[uint64][]netns.Holder
+	drivers   map[string]driver.Driver
+	opened    []driver.Driver
 }
 
 func newRun(o Options) (*run, error) {
@@ -187,7 +220,24 @@ func newRun(o Options) (*run, error) {
 		netns:   o.Attach.Netns(),
 		touched: map[string]*cni.Network{},
 		handled: map[string]bool{},
+		stay:    map[string]bool{},
 		drivers: map[string]driver.Driver{},
+
+		netnsDone: map[string]bool{},
+		ownerNets: map[string]ownerNet{},
+	}
+	for _, ow := range o.Owners {
+		for name, conf := range ow.Networks() {
+			if _, dup := r.ownerNets[name]; !dup && name != "" {
+				r.ownerNets[name] = ownerNet{owner: ow, conf: conf}
+			}
+		}
+	}
+	if len(o.IDs) > 0 {
+		r.ids = map[string]bool{}
+		for _, id := range o.IDs {
+			r.ids[id] = true
+		}
 	}
 	for k, v := range o.Drivers {
 		r.drivers[k] = v
@@ -224,8 +274,13 @@ func newRun(o Options) (*run, error) {
 //
 // and finally
 //
-//  7. removes namespaces with a foreign prefix that berth has no record of;
+//  7. removes namespaces with a foreign prefix, or that an owner says are
+//     dead, that berth has no record of;
 //  8. tidies the networks it reclaimed from and those idle for TidyIdle.
+//
+// Owners (Options.Owners) are asked in steps 3 to 5 and 7 about what
+// berth's evidence does not explain; OwnersOnly and IDs narrow the run
+// (see Options).
 //
 // Before step 1 it notes whether the host looks rebooted (Report.Reboot).
 // Problems with single objects are collected in Report.Errors and do not
@@ -240,17 +295,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if r.o.Store == nil {
 		r.log.Warn("store unavailable: sweeping with host evidence only; namespaces that still exist are kept", "reason", r.rep.StoreUnavailable)
 	}
-	r.checkReboot(ctx)
-	r.replay(ctx)
-	r.sweepTasks(ctx)
-	if err := ctx.Err(); err != nil {
-		return r.finish(start), err
+	whole := !r.o.OwnersOnly && r.ids == nil
+	if whole {
+		r.checkReboot(ctx)
+		r.replay(ctx)
+		r.sweepTasks(ctx)
+		if err := ctx.Err(); err != nil {
+			return r.finish(start), err
+		}
 	}
 	r.sweep(ctx)
 	if err := ctx.Err(); err != nil {
 		return r.finish(start), err
 	}
-	r.tidy(ctx)
+	if whole {
+		r.tidy(ctx)
+	}
 	return r.finish(start), ctx.Err()
 }
 
@@ -376,6 +436,10 @@ func (r *run) tidy(ctx context.Context) {
 		}
 		if conf == nil {
 			r.log.Debug("not tidying a network whose configuration is unknown", "network", name)
+			continue
+		}
+		if _, owned := r.ownerNets[name]; owned {
+			r.log.Debug("not tidying a network another runtime uses", "network", name)
 			continue
 		}
 		used, ours := lastUsed[name]

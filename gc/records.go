@@ -60,40 +60,54 @@ func (r *run) stopOrphans(ctx context.Context) *allocState {
 		r.errorf("read allocations: %w (attachments of allocations are kept)", err)
 	}
 	as := &allocState{byID: make(map[string]*store.Allocation, len(allocs)), ok: err == nil, lost: map[string]bool{}, blocked: map[string]bool{}}
+	// Marked lost in batches, one transaction each: a killed agent may
+	// leave tens of thousands of allocations, and one write (one fsync)
+	// per allocation took minutes.
+	var lost []Item
 	for _, a := range allocs {
 		as.byID[a.ID] = a
-		r.stopOrphan(ctx, a, as)
+		if it, ok := r.stopOrphan(ctx, a, as); ok {
+			if lost = append(lost, it); len(lost) == lostBatch {
+				r.markLost(ctx, lost)
+				lost = nil
+			}
+		}
 	}
+	r.markLost(ctx, lost)
 	return as
 }
 
-func (r *run) stopOrphan(ctx context.Context, a *store.Allocation, as *allocState) {
+// lostBatch is how many allocations one transaction marks lost.
+const lostBatch = 512
+
+// stopOrphan stops the tasks of a whose owner died; ok says a is to be
+// marked lost (it is the item that reports it).
+func (r *run) stopOrphan(ctx context.Context, a *store.Allocation, as *allocState) (it Item, ok bool) {
 	if a.Status.Terminal() {
-		return
+		return it, false
 	}
 	if a.OwnerPID <= 0 {
 		r.kept(Item{Kind: KindAllocOwner, ID: a.ID, Reason: "allocation is " + string(a.Status) + " and has no recorded owner: cannot tell whether it runs"})
-		return
+		return it, false
 	}
 	if ownerAlive(a.OwnerPID, a.OwnerStartTime) {
-		return
+		return it, false
 	}
-	it := Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
+	it = Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
 	r.found(it)
 	if r.o.DryRun {
 		as.lost[a.ID] = true
-		return
+		return it, false
 	}
 	if err := r.stopTasks(ctx, a); err != nil {
 		as.blocked[a.ID] = true
 		r.fail(it, err)
-		return
+		return it, false
 	}
-	if err := r.markLost(ctx, a.ID, it.Reason); err != nil {
-		r.fail(it, err)
-	}
+	// Its tasks are stopped: its network may go even if the record
+	// cannot be marked.
 	as.lost[a.ID] = true
-	r.reclaimed(it)
+	return it, true
 }
 
 // finishRecords is step 2: tear down every record judge says is garbage.
@@ -122,7 +136,7 @@ func (r *run) finishRecord(ctx context.Context, rec *store.Attachment, as *alloc
 		return
 	}
 	r.found(it)
-	r.handled[handledKey(rec.Network, rec.ID)] = true
+	r.markHandled(rec.Network, rec.ID)
 	if r.o.DryRun {
 		return
 	}
@@ -289,9 +303,19 @@ func killRecorded(ctx context.Context, pid int, start uint64) error {
 	return nil
 }
 
-func (r *run) markLost(ctx context.Context, id, reason string) error {
+// markLost marks the allocations of items lost, in one transaction, and
+// reports each as reclaimed (or failed).
+func (r *run) markLost(ctx context.Context, items []Item) {
+	if len(items) == 0 {
+		return
+	}
 	now := r.o.Now().UTC()
-	err := r.o.Store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
+	ids := make([]string, len(items))
+	reasons := make(map[string]string, len(items))
+	for i, it := range items {
+		ids[i], reasons[it.ID] = it.ID, it.Reason
+	}
+	errs, err := r.o.Store.UpdateAllocations(ctx, ids, func(a *store.Allocation) error {
 		if a.Status.Terminal() {
 			return nil
 		}
@@ -303,11 +327,17 @@ func (r *run) markLost(ctx context.Context, id, reason string) error {
 				t.State, t.Failed, t.FinishedAt = "dead", true, now
 			}
 		}
-		a.Events = append(a.Events, store.Event{Time: now, Type: "Lost", Message: reason})
+		a.Events = append(a.Events, store.Event{Time: now, Type: "Lost", Message: reasons[a.ID]})
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("mark allocation %s lost: %w", id, err)
+	for _, it := range items {
+		e := err
+		if e == nil {
+			e = errs[it.ID]
+		}
+		if e != nil {
+			r.fail(it, fmt.Errorf("mark allocation %s lost: %w", it.ID, e))
+		}
+		r.reclaimed(it)
 	}
-	return nil
 }

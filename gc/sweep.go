@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -30,8 +31,14 @@ import (
 //
 // Each step adds to the state what the next needs: an ID a step keeps
 // (known, valid) stays for the later steps, an ID it reclaims (r.handled)
-// is not reported again by them. Step 7 (sweepForeignNetns) then removes
-// the namespaces with a foreign prefix that none of them reclaimed.
+// is not reported again by them. Step 7 (sweepNetns) then removes the
+// namespaces with a foreign prefix, or that an owner says are dead, that
+// none of them reclaimed.
+//
+// An Owner is asked wherever berth's own evidence leaves an ID unknown:
+// what it claims it judges (live: kept; dead: reclaimed once no process
+// lives in its namespace), what it does not claim is judged as before in
+// berth's networks and left alone in the owner's.
 
 func pinned(path string) bool {
 	if path == "" {
@@ -61,9 +68,30 @@ func (r *run) foreignNetwork(name string) bool {
 	return false
 }
 
-// readCache reads libcni's cache.
+// readCache reads libcni's cache (the entries of Options.IDs only, when set).
 func (r *run) readCache(ctx context.Context) ([]evidence.CacheEntry, error) {
-	return evidence.ReadCache(ctx, r.cacheDir(), "")
+	if len(r.ids) == 1 {
+		for id := range r.ids {
+			return evidence.ReadCache(ctx, r.cacheDir(), id)
+		}
+	}
+	all, err := evidence.ReadCache(ctx, r.cacheDir(), "")
+	if r.ids == nil {
+		return all, err
+	}
+	var out []evidence.CacheEntry
+	for _, e := range all {
+		if r.ids[e.ContainerID] {
+			out = append(out, e)
+		}
+	}
+	return out, err
+}
+
+// markHandled notes that this run reclaims (or, in a dry run, would) the
+// attachment of id to network, so that later steps do not report it again.
+func (r *run) markHandled(network, id string) {
+	r.handled[handledKey(network, id)] = true
 }
 
 // ours says whether a cache entry is this berth's: entries another berth
@@ -147,7 +175,7 @@ func (r *run) sweep(ctx context.Context) {
 		}
 		r.sweepNetwork(ctx, nw, v)
 	}
-	r.sweepForeignNetns(ctx, v.recs)
+	r.sweepNetns(ctx, v.recs)
 }
 
 // readHost reads the store, the cache and the rules, and resolves berth's
@@ -172,36 +200,48 @@ func (r *run) readHost(ctx context.Context) (*hostView, bool) {
 	return v, true
 }
 
-// networks are berth's networks: those of its records, of its cache
-// entries, of its config dir, and those the caller named.
+// networks are the networks to sweep: berth's (those of its records, of
+// its cache entries, of its config dir, and those the caller named; none
+// with OwnersOnly) and the owners'.
 func (r *run) networks(confs map[string]*cni.Network, v *hostView) map[string]*network {
 	names := map[string]bool{}
-	for n := range confs {
-		names[n] = true
-	}
-	for _, rec := range v.recs {
-		names[rec.Network] = true
-	}
-	for _, e := range v.cache {
-		_, pfx := r.foreignPrefix(filepath.Base(e.NetNS))
-		if r.ours(e) || pfx {
-			names[e.Network] = true
+	if !r.o.OwnersOnly {
+		for n := range confs {
+			names[n] = true
+		}
+		for _, rec := range v.recs {
+			names[rec.Network] = true
+		}
+		for _, e := range v.cache {
+			_, pfx := r.foreignPrefix(filepath.Base(e.NetNS))
+			if r.ours(e) || pfx {
+				names[e.Network] = true
+			}
+		}
+		for _, n := range r.o.ForeignNetworks {
+			names[n] = true
 		}
 	}
-	for _, n := range r.o.ForeignNetworks {
-		names[n] = true
-	}
 	delete(names, "")
-	nets := make(map[string]*network, len(names))
+	nets := make(map[string]*network, len(names)+len(r.ownerNets))
 	for name := range names {
-		nets[name] = r.resolve(name, confs, v.recs)
+		nets[name] = r.resolve(name, confs, v.recs, nil)
+		nets[name].berths = true
+	}
+	for name, on := range r.ownerNets {
+		nw := nets[name]
+		if nw == nil {
+			nw = r.resolve(name, confs, v.recs, on.conf)
+			nets[name] = nw
+		}
+		nw.owner = on.owner
 	}
 	return nets
 }
 
-// resolve finds a network's configuration: the config dir's, or the one
-// a record kept.
-func (r *run) resolve(name string, confs map[string]*cni.Network, recs []*store.Attachment) *network {
+// resolve finds a network's configuration: the config dir's, the one a
+// record kept, or the owner's (fallback).
+func (r *run) resolve(name string, confs map[string]*cni.Network, recs []*store.Attachment, fallback *cni.Network) *network {
 	nw := &network{name: name, conf: confs[name]}
 	if nw.conf == nil {
 		for _, rec := range recs {
@@ -213,6 +253,9 @@ func (r *run) resolve(name string, confs map[string]*cni.Network, recs []*store.
 				break
 			}
 		}
+	}
+	if nw.conf == nil {
+		nw.conf = fallback
 	}
 	if nw.conf != nil {
 		nw.leaseDirs, nw.subnets = hostLocal(nw.conf)
@@ -351,52 +394,106 @@ func (r *run) sweepCache(ctx context.Context, st *netState) {
 		if e.Network != st.nw.name {
 			continue
 		}
-		reason := r.cacheVerdict(st, e)
-		if reason == "" {
+		j := r.cacheVerdict(ctx, st, e)
+		if j.reason == "" {
 			st.keep(e.ContainerID, e.IfName)
+			r.stay[e.ContainerID] = true
 			continue
 		}
-		r.reclaimCacheEntry(ctx, st, e, reason)
+		r.reclaimCacheEntry(ctx, st, e, j)
 	}
 }
 
-// cacheVerdict says why a cache entry is garbage, or "" when it stays
-// (reporting it as kept when it looks suspicious).
-func (r *run) cacheVerdict(st *netState, e evidence.CacheEntry) string {
+// cacheJudgement is step 3's decision on one cache entry.
+type cacheJudgement struct {
+	// reason says why the entry is garbage; "" when it stays.
+	reason string
+	// netns is the attachment's namespace: the entry's, or where its
+	// owner pinned it when the entry records none.
+	netns string
+	// item is the report item of an owner's verdict (owner set).
+	item  Item
+	owner Owner
+}
+
+// cacheVerdict judges a cache entry (reporting it as kept when it looks
+// suspicious).
+func (r *run) cacheVerdict(ctx context.Context, st *netState, e evidence.CacheEntry) cacheJudgement {
+	j := cacheJudgement{netns: e.NetNS}
 	pfx, isPfx := r.foreignPrefix(filepath.Base(e.NetNS))
 	switch {
 	case st.known[e.ContainerID]:
 	case r.ours(e) && r.o.Store == nil && pinned(e.NetNS):
 		r.kept(Item{Kind: KindNetns, ID: e.ContainerID, Network: st.nw.name, Path: e.NetNS, Reason: "berth's store is unreadable and the namespace still exists: it may be in use"})
 	case r.ours(e):
-		return "libcni cache entry carries BERTH_ID but berth has no record of it"
+		if !r.o.OwnersOnly {
+			j.reason = "libcni cache entry carries BERTH_ID but berth has no record of it"
+		}
+	case !markedByBerth(e) && r.ownerCacheVerdict(ctx, st, e, &j):
+	case r.o.OwnersOnly:
 	case r.foreignNetwork(st.nw.name):
-		return "attachment of foreign network " + st.nw.name + " (--foreign-network) that berth has no record of"
+		j.reason = "attachment of foreign network " + st.nw.name + " (--foreign-network) that berth has no record of"
 	case isPfx && filepath.Dir(e.NetNS) == r.netns.Dir():
-		return "attachment of a namespace with foreign prefix " + pfx + " (--foreign-prefix)"
+		j.reason = "attachment of a namespace with foreign prefix " + pfx + " (--foreign-prefix)"
 	}
-	return ""
+	return j
 }
 
-func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.CacheEntry, reason string) {
+// ownerCacheVerdict asks the network's owner about a cache entry; false
+// when it does not claim it. j.reason is set when the owner says it is
+// dead and no process lives in its namespace.
+func (r *run) ownerCacheVerdict(ctx context.Context, st *netState, e evidence.CacheEntry, j *cacheJudgement) bool {
+	since := fileSince(e.File)
+	o, v := r.askOwner(ctx, st.nw, Claim{Kind: KindCNICache, ID: e.ContainerID, Network: st.nw.name, Path: e.File, Since: since})
+	if o == nil {
+		return false
+	}
+	if j.netns == "" {
+		j.netns = v.Netns
+	}
+	it := ownerItem(KindCNICache, e.ContainerID, st.nw.name, e.File, o, v, since, r.o.Now())
+	if pinned(j.netns) {
+		it.Kind, it.Path = KindNetns, j.netns
+	}
+	switch {
+	case v.Err != nil:
+		r.kept(it)
+		r.errorf("%s %s (network %s): %s could not tell whether it is in use: %w (kept)", it.Kind, e.ContainerID, st.nw.name, o.Name(), v.Err)
+	case v.Live:
+		r.log.Debug("in use by its owner", "owner", o.Name(), "id", e.ContainerID, "network", st.nw.name, "reason", v.Reason)
+	case !v.Dead:
+		r.kept(it)
+	case r.keepBusy(ctx, it, j.netns):
+	default:
+		j.reason, j.item, j.owner = v.Reason, it, o
+	}
+	return true
+}
+
+func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.CacheEntry, j cacheJudgement) {
 	nw := st.nw
-	it := Item{Kind: KindCNICache, ID: e.ContainerID, Network: nw.name, Path: e.File, Reason: reason}
-	if pinned(e.NetNS) {
-		it.Kind, it.Path = KindNetns, e.NetNS
+	it := Item{Kind: KindCNICache, ID: e.ContainerID, Network: nw.name, Path: e.File, Reason: j.reason}
+	if j.owner != nil {
+		it = j.item
+	}
+	if pinned(j.netns) {
+		it.Kind, it.Path = KindNetns, j.netns
 		it.Reason += "; its namespace still exists"
-	} else if e.NetNS != "" {
+		r.netnsDone[netnsKey(j.netns)] = true
+	} else if j.netns != "" {
 		it.Reason += "; its namespace is gone"
 	}
 	r.found(it)
-	r.handled[handledKey(nw.name, e.ContainerID)] = true
+	r.markHandled(nw.name, e.ContainerID)
 	if r.o.DryRun {
 		return
 	}
-	if err := r.delCached(ctx, nw, e); err != nil {
+	if err := r.delCached(ctx, nw, e, j.netns, j.owner != nil); err != nil {
 		r.fail(it, err)
 		// Keep it out of GC: libcni would DEL it without removing
 		// the namespace, and the namespace would then be nobody's.
 		st.keep(e.ContainerID, e.IfName)
+		r.stay[e.ContainerID] = true
 		return
 	}
 	r.reclaimed(it)
@@ -404,28 +501,29 @@ func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.Ca
 }
 
 // delCached DELs an attachment known from libcni's cache (the cached
-// configuration is used), then removes what DEL cannot: the bridge's
-// masquerade rules when the namespace is gone, and the namespace.
-func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry) error {
+// configuration is used) with its namespace nsPath, then removes what DEL
+// cannot: the bridge's masquerade rules when the namespace is gone, and
+// the namespace (berth's, or an owner's).
+func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry, nsPath string, owners bool) error {
 	// A cache entry is only a file: a namespace it names outside the
 	// netns dir (/proc/1/ns/net, say) is never entered for DEL, where the
 	// plugins would delete that namespace's interfaces, nor removed.
-	inDir := e.NetNS != "" && filepath.Dir(filepath.Clean(e.NetNS)) == r.netns.Dir()
+	inDir := nsPath != "" && r.inNetnsDir(filepath.Clean(nsPath))
 	att := &cni.Attachment{ContainerID: e.ContainerID, IfName: e.IfName}
-	if inDir && pinned(e.NetNS) {
-		att.NetNS = e.NetNS
+	if inDir && pinned(nsPath) {
+		att.NetNS = nsPath
 	}
 	// Without the namespace, Del also removes the attachment's marked rules.
 	if err := r.o.CNI.Del(ctx, nw.conf, nw.name, att); err != nil {
 		return err
 	}
 	if !inDir {
-		if e.NetNS != "" {
-			r.log.Warn("cache entry names a namespace outside the netns dir: neither entered nor removed", "netns", e.NetNS, "id", e.ContainerID)
+		if nsPath != "" {
+			r.log.Warn("cache entry names a namespace outside the netns dir: neither entered nor removed", "netns", nsPath, "id", e.ContainerID)
 		}
 		return nil
 	}
-	rr, err := netns.RemovePath(ctx, e.NetNS)
+	rr, err := netns.RemovePath(ctx, nsPath)
 	if err != nil {
 		return err
 	}
@@ -434,7 +532,7 @@ func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry)
 		for _, h := range rr.Holders {
 			hs = append(hs, h.String())
 		}
-		r.log.Warn("orphan namespace was busy; detached it", "netns", e.NetNS, "holders", hs)
+		r.log.Warn("orphan namespace was busy; detached it", "netns", nsPath, "holders", hs)
 	}
 	return nil
 }
@@ -442,17 +540,28 @@ func (r *run) delCached(ctx context.Context, nw *network, e evidence.CacheEntry)
 // sweepLeases is step 4: release the leases of container IDs that neither
 // the store nor the cache knows.
 func (r *run) sweepLeases(ctx context.Context, st *netState) {
-	unknown := r.unknownLeases(st)
+	unknown := r.unknownLeases(ctx, st)
 	for _, id := range sortedKeys(unknown) {
 		r.reclaimLeases(ctx, st.nw, id, unknown[id])
 	}
 }
 
+// leaseHolder is the leases of one unknown container ID, and who judged
+// it garbage (owner set) or not (berth's network).
+type leaseHolder struct {
+	leases []evidence.Lease
+	owner  Owner
+	item   Item
+	// netns is the holder's namespace when its owner names one that
+	// still exists: DEL runs in it, and step 7 removes it.
+	netns string
+}
+
 // unknownLeases reads the network's lease dirs: leases of known IDs join
 // the valid set, the others are returned by holder.
-func (r *run) unknownLeases(st *netState) map[string][]evidence.Lease {
+func (r *run) unknownLeases(ctx context.Context, st *netState) map[string]*leaseHolder {
 	nw := st.nw
-	unknown := map[string][]evidence.Lease{}
+	unknown := map[string]*leaseHolder{}
 	for _, d := range nw.leaseDirs {
 		ls, err := evidence.ReadLeases(d)
 		if err != nil {
@@ -462,33 +571,78 @@ func (r *run) unknownLeases(st *netState) map[string][]evidence.Lease {
 		}
 		for _, l := range ls {
 			switch {
+			case !r.only(l.ID):
+				st.known[l.ID] = true
 			case st.known[l.ID]:
 				st.valid.add(l.ID, l.IfName)
 			case r.handled[handledKey(nw.name, l.ID)]:
 				// Reclaimed in step 3 (or would be): its DEL releases it.
+			case unknown[l.ID] != nil:
+				unknown[l.ID].leases = append(unknown[l.ID].leases, l)
 			case r.o.Store == nil && r.netns.Exists(l.ID):
 				r.kept(Item{Kind: KindLease, ID: l.ID, Network: nw.name, Path: l.Path, Reason: "berth's store is unreadable and a namespace of that name exists: it may be in use"})
 				st.known[l.ID] = true
+			case nw.owner != nil && r.ownerLeaseVerdict(ctx, st, l, unknown):
+			case r.o.OwnersOnly || !nw.berths:
+				// Neither berth's nor claimed by the network's owner.
+				st.known[l.ID] = true
 			default:
-				unknown[l.ID] = append(unknown[l.ID], l)
+				unknown[l.ID] = &leaseHolder{leases: []evidence.Lease{l}}
 			}
 		}
 	}
 	return unknown
 }
 
-func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease) {
+// ownerLeaseVerdict asks the network's owner about the holder of a lease;
+// false when it does not claim it. A dead holder joins unknown; any other
+// stays known, with its rules.
+func (r *run) ownerLeaseVerdict(ctx context.Context, st *netState, l evidence.Lease, unknown map[string]*leaseHolder) bool {
+	since := fileSince(l.Path)
+	o, v := r.askOwner(ctx, st.nw, Claim{Kind: KindLease, ID: l.ID, Network: st.nw.name, Path: l.Path, Since: since})
+	if o == nil {
+		return false
+	}
+	it := ownerItem(KindLease, l.ID, st.nw.name, l.Path, o, v, since, r.o.Now())
+	switch {
+	case v.Err != nil:
+		r.kept(it)
+		r.errorf("lease %s (network %s): %s could not tell whether it is in use: %w (kept)", l.ID, st.nw.name, o.Name(), v.Err)
+	case v.Live:
+	case !v.Dead:
+		r.kept(it)
+	case r.keepBusy(ctx, it, v.Netns):
+	default:
+		h := &leaseHolder{leases: []evidence.Lease{l}, owner: o, item: it}
+		if pinned(v.Netns) {
+			h.netns = v.Netns
+		}
+		unknown[l.ID] = h
+		return true
+	}
+	st.known[l.ID] = true
+	r.stay[l.ID] = true
+	return true
+}
+
+func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, h *leaseHolder) {
+	ls := h.leases
 	var items []Item
 	for _, l := range ls {
 		it := Item{Kind: KindLease, ID: id, Network: nw.name, Path: l.Path, Reason: fmt.Sprintf("lease of %s for container ID %q, which neither berth's store nor libcni's cache knows", l.IP, id)}
+		if h.owner != nil {
+			it = h.item
+			it.Path = l.Path
+			it.Reason = fmt.Sprintf("lease of %s with no libcni cache entry: %s", l.IP, h.item.Reason)
+		}
 		r.found(it)
 		items = append(items, it)
 	}
-	r.handled[handledKey(nw.name, id)] = true
+	r.markHandled(nw.name, id)
 	if r.o.DryRun {
 		return
 	}
-	if err := r.releaseLeases(ctx, nw, id, ls); err != nil {
+	if err := r.releaseLeases(ctx, nw, id, ls, h.netns); err != nil {
 		for _, it := range items {
 			r.fail(it, err)
 		}
@@ -501,17 +655,17 @@ func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, ls []ev
 }
 
 // releaseLeases DELs an unknown container ID through the network's
-// configuration, so that every plugin (host-local, firewall, portmap)
-// releases what it holds for it, then removes any lease file DEL left,
-// under host-local's own lock.
-func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease) error {
+// configuration (in its namespace nsPath, when it still exists), so that
+// every plugin (host-local, firewall, portmap) releases what it holds for
+// it, then removes any lease file DEL left, under host-local's own lock.
+func (r *run) releaseLeases(ctx context.Context, nw *network, id string, ls []evidence.Lease, nsPath string) error {
 	ifname := ls[0].IfName
 	if ifname == "" {
 		ifname = "eth0"
 	}
 	if nw.conf != nil {
-		// No namespace: Del also removes the holder's marked rules.
-		if err := r.o.CNI.Del(ctx, nw.conf, nw.name, &cni.Attachment{ContainerID: id, IfName: ifname}); err != nil {
+		// Without a namespace, Del also removes the holder's marked rules.
+		if err := r.o.CNI.Del(ctx, nw.conf, nw.name, &cni.Attachment{ContainerID: id, IfName: ifname, NetNS: nsPath}); err != nil {
 			r.log.Warn("DEL of an unknown lease holder failed; removing its lease files directly", "network", nw.name, "id", id, "err", err)
 		}
 	}
@@ -531,6 +685,8 @@ type staleRules struct {
 	// firewall are the firewall plugin's rules for addresses no lease
 	// holds, by line.
 	firewall map[string]Item
+	// owned are the report items of IDs the network's owner judged dead.
+	owned map[string]Item
 }
 
 // sweepRules is step 5: remove the network's CNI rules whose marker names
@@ -546,7 +702,7 @@ func (r *run) sweepRules(ctx context.Context, st *netState) {
 		r.errorf("network %q: read iptables rules: %w", st.nw.name, err)
 		return
 	}
-	stale := r.findStaleRules(st, rules)
+	stale := r.findStaleRules(ctx, st, rules)
 	if len(stale.byID) == 0 && len(stale.firewall) == 0 {
 		return
 	}
@@ -555,7 +711,7 @@ func (r *run) sweepRules(ctx context.Context, st *netState) {
 		r.found(it)
 	}
 	for id := range stale.byID {
-		r.handled[handledKey(st.nw.name, id)] = true
+		r.markHandled(st.nw.name, id)
 	}
 	if r.o.DryRun {
 		return
@@ -574,15 +730,18 @@ func (r *run) sweepRules(ctx context.Context, st *netState) {
 	r.touch(st.nw.name, st.nw.conf)
 }
 
-func (r *run) findStaleRules(st *netState, rules []evidence.Rule) staleRules {
+func (r *run) findStaleRules(ctx context.Context, st *netState, rules []evidence.Rule) staleRules {
 	nw := st.nw
-	s := staleRules{byID: map[string][]evidence.Rule{}, firewall: map[string]Item{}}
+	s := staleRules{byID: map[string][]evidence.Rule{}, firewall: map[string]Item{}, owned: map[string]Item{}}
 	for _, rl := range rules {
 		if n, id, ok := evidence.ParseMarker(rl.Line); ok && n == nw.name {
-			if !st.known[id] && !r.handled[handledKey(nw.name, id)] {
+			if r.staleMarked(ctx, st, id, &s) {
 				s.byID[id] = append(s.byID[id], rl)
 			}
 			continue
+		}
+		if r.ids != nil {
+			continue // a firewall rule names no ID
 		}
 		ip, ok := evidence.FirewallIP(rl.Line)
 		if !ok || !inSubnets(ip, nw.subnets) || leased(ip, st.host.nets) {
@@ -594,6 +753,43 @@ func (r *run) findStaleRules(st *netState, rules []evidence.Rule) staleRules {
 	return s
 }
 
+// staleMarked decides whether the rules marked with id are stale: an ID
+// nobody knows in berth's network, or one the network's owner says is dead.
+func (r *run) staleMarked(ctx context.Context, st *netState, id string, s *staleRules) bool {
+	nw := st.nw
+	switch {
+	case st.known[id] || r.handled[handledKey(nw.name, id)] || !r.only(id):
+		return false
+	case s.byID[id] != nil:
+		return true
+	case nw.owner != nil:
+		o, v := r.askOwner(ctx, nw, Claim{Kind: KindIptables, ID: id, Network: nw.name})
+		if o == nil {
+			break
+		}
+		it := ownerItem(KindIptables, id, nw.name, "", o, v, time.Time{}, r.o.Now())
+		switch {
+		case v.Err != nil:
+			r.kept(it)
+			r.errorf("iptables rules of %s (network %s): %s could not tell whether it is in use: %w (kept)", id, nw.name, o.Name(), v.Err)
+		case v.Live:
+		case !v.Dead:
+			r.kept(it)
+		case r.keepBusy(ctx, it, v.Netns):
+		default:
+			s.owned[id] = it
+			return true
+		}
+		st.known[id] = true
+		return false
+	}
+	if r.o.OwnersOnly || !nw.berths {
+		st.known[id] = true
+		return false
+	}
+	return true
+}
+
 // items are the report items: one per unknown ID (naming its chains),
 // then one per firewall rule.
 func (s staleRules) items(network string) []Item {
@@ -603,8 +799,14 @@ func (s staleRules) items(network string) []Item {
 		for _, rl := range s.byID[id] {
 			chains[rl.Table+"/"+rl.Chain] = true
 		}
-		items = append(items, Item{Kind: KindIptables, ID: id, Network: network, Path: strings.Join(sortedKeys(chains), ","),
-			Reason: fmt.Sprintf("%d CNI rules carry the marker of network %q and ID %q, which neither berth's store nor libcni's cache knows", len(s.byID[id]), network, id)})
+		it := Item{Kind: KindIptables, ID: id, Network: network, Path: strings.Join(sortedKeys(chains), ","),
+			Reason: fmt.Sprintf("%d CNI rules carry the marker of network %q and ID %q, which neither berth's store nor libcni's cache knows", len(s.byID[id]), network, id)}
+		if o, ok := s.owned[id]; ok {
+			it = o
+			it.Path = strings.Join(sortedKeys(chains), ",")
+			it.Reason = fmt.Sprintf("%d CNI rules carry its marker and no cache entry or lease is left: %s", len(s.byID[id]), o.Reason)
+		}
+		items = append(items, it)
 	}
 	for _, line := range sortedKeys(s.firewall) {
 		items = append(items, s.firewall[line])
@@ -651,7 +853,14 @@ func leased(ip net.IP, nets map[string]*network) bool {
 // once the set is known to be complete.
 func (r *run) sendGC(ctx context.Context, st *netState) {
 	nw := st.nw
-	if nw.conf == nil {
+	if nw.conf == nil || r.ids != nil {
+		return
+	}
+	if nw.owner != nil {
+		// GC releases what is not in the valid set, and the owner's
+		// attachments in flight (ADD running, no cache entry yet) cannot
+		// be in it: the owner's networks never get it.
+		r.log.Debug("CNI GC not sent: the network is used by another runtime", "network", nw.name, "owner", nw.owner.Name())
 		return
 	}
 	if err := nw.conf.GCSupport(); err != nil {
@@ -673,11 +882,13 @@ func (r *run) sendGC(ctx context.Context, st *netState) {
 	r.reclaimed(it)
 }
 
-// sweepForeignNetns is step 7: remove namespaces whose name carries a
-// foreign prefix the caller named and that berth has no record of. Those
-// with a cache entry were DELed and removed in their network's step 3.
-func (r *run) sweepForeignNetns(ctx context.Context, recs []*store.Attachment) {
-	if len(r.o.ForeignPrefixes) == 0 {
+// sweepNetns is step 7: remove the namespaces berth has no record of
+// whose name carries a foreign prefix the caller named, or that an owner
+// claims and says are dead (and in which no process lives). Those with a
+// cache entry were DELed and removed in their network's step 3; those a
+// cache entry still names stay for it.
+func (r *run) sweepNetns(ctx context.Context, recs []*store.Attachment) {
+	if len(r.o.ForeignPrefixes) == 0 && len(r.o.Owners) == 0 {
 		return
 	}
 	entries, err := r.netns.List(ctx)
@@ -694,20 +905,104 @@ func (r *run) sweepForeignNetns(ctx context.Context, recs []*store.Attachment) {
 			ours[it.Path] = true
 		}
 	}
-	for _, e := range entries {
-		pfx, ok := r.foreignPrefix(e.Name)
-		if !ok || ours[e.Path] {
-			continue
+	named, err := r.cacheNamed(ctx)
+	if err != nil {
+		r.errorf("%w (namespaces of owners are kept)", err)
+		if len(r.o.ForeignPrefixes) == 0 {
+			return
 		}
-		it := Item{Kind: KindNetns, ID: e.Name, Path: e.Path, Reason: "name starts with foreign prefix " + pfx + " (--foreign-prefix) and berth has no record of it"}
-		r.found(it)
-		if r.o.DryRun {
-			continue
-		}
-		if _, err := netns.RemovePath(ctx, e.Path); err != nil {
-			r.fail(it, err)
-			continue
-		}
-		r.reclaimed(it)
 	}
+	candidate := func(e netns.Entry) bool {
+		return len(r.o.Owners) > 0 && named != nil && !named[e.Name] && !named[e.Path] && !r.netnsDone[netnsKey(e.Path)] && !r.stay[e.Name]
+	}
+	var ask []string
+	for _, e := range entries {
+		if _, pfx := r.foreignPrefix(e.Name); r.only(e.Name) && !ours[e.Path] && !pfx && candidate(e) {
+			ask = append(ask, e.Name)
+		}
+	}
+	for _, o := range r.o.Owners {
+		if p, ok := o.(Prefetcher); ok && len(ask) > 0 {
+			p.Prefetch(ctx, ask)
+		}
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return
+		}
+		if !r.only(e.Name) || ours[e.Path] {
+			continue
+		}
+		if pfx, ok := r.foreignPrefix(e.Name); ok {
+			r.removeNetns(ctx, Item{Kind: KindNetns, ID: e.Name, Path: e.Path, Reason: "name starts with foreign prefix " + pfx + " (--foreign-prefix) and berth has no record of it"})
+			continue
+		}
+		if !candidate(e) {
+			continue
+		}
+		o, v := r.askOwner(ctx, nil, Claim{Kind: KindNetns, ID: e.Name, Path: e.Path, Since: e.Since})
+		if o == nil {
+			continue
+		}
+		it := ownerItem(KindNetns, e.Name, "", e.Path, o, v, e.Since, r.o.Now())
+		switch {
+		case v.Err != nil:
+			r.kept(it)
+			r.errorf("namespace %s: %s could not tell whether it is in use: %w (kept)", e.Path, o.Name(), v.Err)
+		case v.Live:
+		case !v.Dead:
+			r.kept(it)
+		case r.keepBusy(ctx, it, e.Path):
+		default:
+			it.Reason += "; no process lives in it and no libcni cache entry names it"
+			r.removeNetns(ctx, it)
+		}
+	}
+}
+
+// cacheNamed are the container IDs and namespace paths of the cache
+// entries that stay after steps 3 to 6 (read afresh): their namespaces are
+// theirs, not anyone's to sweep. Entries this run reclaimed do not count.
+func (r *run) cacheNamed(ctx context.Context) (map[string]bool, error) {
+	if len(r.o.Owners) == 0 {
+		return map[string]bool{}, nil
+	}
+	cache, err := r.readCache(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, e := range cache {
+		if r.handled[handledKey(e.Network, e.ContainerID)] && !r.stay[e.ContainerID] {
+			continue
+		}
+		out[e.ContainerID] = true
+		if e.NetNS != "" {
+			out[e.NetNS] = true
+			if p, err := filepath.EvalSymlinks(filepath.Dir(e.NetNS)); err == nil {
+				out[filepath.Join(p, filepath.Base(e.NetNS))] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func (r *run) removeNetns(ctx context.Context, it Item) {
+	r.found(it)
+	if r.o.DryRun {
+		return
+	}
+	rr, err := netns.RemovePath(ctx, it.Path)
+	if err != nil {
+		r.fail(it, err)
+		return
+	}
+	if rr != nil && rr.Busy {
+		hs := make([]string, 0, len(rr.Holders))
+		for _, h := range rr.Holders {
+			hs = append(hs, h.String())
+		}
+		r.log.Info("namespace was busy (its owner still holds it open); detached it", "netns", it.Path, "holders", hs)
+	}
+	r.reclaimed(it)
 }

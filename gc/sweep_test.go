@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"context"
 	"net"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 // TestRuleOfAndStaleRules covers step 5's choice of rules, without iptables.
 func TestRuleOfAndStaleRules(t *testing.T) {
 	_, subnet, _ := net.ParseCIDR("10.199.117.0/24")
-	nw := &network{name: "n", subnets: []*net.IPNet{subnet}, leaseDirs: []string{t.TempDir()}}
+	nw := &network{name: "n", subnets: []*net.IPNet{subnet}, leaseDirs: []string{t.TempDir()}, berths: true}
 	mark := func(network, id string) string {
 		return `-A POSTROUTING -s 10.199.117.9/32 -m comment --comment "` + evidence.Marker(network, id) + `" -j CNI-x`
 	}
@@ -31,7 +32,7 @@ func TestRuleOfAndStaleRules(t *testing.T) {
 
 	r := &run{handled: map[string]bool{handledKey("n", "reclaimed"): true}}
 	st := &netState{nw: nw, host: &hostView{nets: map[string]*network{"n": nw}}, known: map[string]bool{"known": true}}
-	s := r.findStaleRules(st, rules)
+	s := r.findStaleRules(context.Background(), st, rules)
 	if len(s.byID) != 1 || len(s.byID["unknown"]) != 1 || len(s.firewall) != 1 {
 		t.Fatalf("stale rules: %v, firewall %v", s.byID, s.firewall)
 	}

@@ -76,7 +76,8 @@ func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
 			g.Count = 1
 		}
 	}
-	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
+	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
+		p.checkMetaKeys(r, m, where)
 		g.Meta = m
 	}
 	if d, ok := p.duration(attrs["shutdown_delay"], where); ok {

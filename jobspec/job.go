@@ -106,6 +106,8 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 		p.fail(idRange, "job ID is empty", "name the job: job \"<id>\" { ... }")
 	case strings.ContainsAny(j.ID, " \t\r\n\x00"):
 		p.fail(idRange, fmt.Sprintf("job ID %q contains whitespace or a NUL byte", j.ID), "use letters, digits, '-', '_' and '.'")
+	default:
+		p.checkIdent(idRange, "job ID", j.ID)
 	}
 	j.Name = j.ID
 	if s, ok := p.str(attrs["name"], where); ok && s != "" {
@@ -127,11 +129,13 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 			if s == "" {
 				p.fail(a.Expr.Range(), "namespace must not be empty", "omit it to use \"default\"")
 			} else {
+				p.checkNamespace(a.Expr.Range(), s)
 				j.Namespace = s
 			}
 		}
 	}
 	if s, ok := p.str(attrs["region"], where); ok && s != "" {
+		p.checkIdent(attrs["region"].Expr.Range(), "region", s)
 		j.Region = s
 	}
 	if a := attrs["datacenters"]; a != nil {
@@ -147,7 +151,8 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 	if v, ok := p.integer(attrs["priority"], where, 1, 100); ok {
 		j.Priority = v
 	}
-	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
+	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
+		p.checkMetaKeys(r, m, where)
 		j.Meta = m
 	}
 	if a := attrs["node_pool"]; a != nil {
@@ -311,14 +316,11 @@ func (p *parser) taskGroup(blk *hclsyntax.Block, j *Job) *Group {
 	return g
 }
 
-// checkName rejects names that cannot become a path component; the runner
-// uses group and task names in directory and unit names.
+// checkName applies the name rule (nameProblem) to a group's or task's
+// label: the runner puts them in file names, CNI_ARGS and the task's
+// environment.
 func (p *parser) checkName(blk *hclsyntax.Block, kind string) {
-	name := blk.Labels[0]
-	if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
-		p.fail(blk.LabelRanges[0], fmt.Sprintf("%s name %q is not allowed", kind, name),
-			"names must not contain '/' or NUL and must not be \".\" or \"..\"")
-	}
+	p.checkIdent(blk.LabelRanges[0], kind+" name", blk.Labels[0])
 }
 
 func hasBlock(b *hclsyntax.Body, typ string) bool {
@@ -486,6 +488,7 @@ func (p *parser) network(blk *hclsyntax.Block, where string) Network {
 		cw := "cni block in " + w
 		cattrs, _ := p.content(bs[0].Body, schema{what: cw, attrs: []string{"args"}})
 		if m, ok := p.strMap(cattrs["args"], cw); ok {
+			p.checkCNIArgs(cattrs["args"].Expr.Range(), m, cw)
 			n.CNIArgs = m
 		}
 		if n.CNI == "" {

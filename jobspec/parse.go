@@ -66,6 +66,9 @@ type ParseOptions struct {
 	// AllowFS enables the filesystem functions (file, fileexists, ...),
 	// as Nomad's CLI does; without it they are errors, as in Nomad's API.
 	AllowFS bool
+	// MaxKillTimeout is the node's max_kill_timeout: a longer kill_timeout
+	// is a warning (the runner cuts it). 0 means no limit.
+	MaxKillTimeout time.Duration
 }
 
 // ParseFile reads and parses one job file; see Parse.

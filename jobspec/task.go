@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -85,19 +86,32 @@ func (p *parser) task(blk *hclsyntax.Block, g *Group, j *Job, groupWhere string)
 	}
 
 	if env, r, ok := p.stringMap("env", attrs, blocks, where); ok && env != nil {
-		for k, v := range env {
-			if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
+		for _, k := range sortedKeys(env) {
+			v := env[k]
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexFunc(k, unicode.IsControl) >= 0 || strings.Contains(v, "\x00") {
 				p.fail(r, fmt.Sprintf("invalid environment variable %q in %s", k, where),
-					"names must be non-empty without '=' or NUL, values without NUL")
+					"names must be non-empty without '=', NUL or control characters, values without NUL")
+				continue
+			}
+			if strings.HasPrefix(k, reservedEnvPrefix) {
+				p.warn(r, fmt.Sprintf("env %s in %s is ignored where berth sets it: NOMAD_* variables are the runtime's", k, where),
+					"the runtime's value wins (NOMAD_ALLOC_ID, NOMAD_PORT_<label>, ...); rename the variable")
 			}
 		}
 		t.Env = env
 	}
-	if m, _, ok := p.stringMap("meta", attrs, blocks, where); ok {
+	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
+		p.checkMetaKeys(r, m, where)
 		t.Meta = m
 	}
-	if d, ok := p.duration(attrs["kill_timeout"], where); ok {
-		t.KillTimeout = d
+	if a := attrs["kill_timeout"]; a != nil {
+		if d, ok := p.duration(a, where); ok {
+			t.KillTimeout = d
+			if max := p.opts.MaxKillTimeout; max > 0 && d > max {
+				p.warn(a.Expr.Range(), fmt.Sprintf("kill_timeout %s in %s is longer than this node's max_kill_timeout %s", d, where, max),
+					fmt.Sprintf("the task gets %s to stop (client.max_kill_timeout), as in Nomad", max))
+			}
+		}
 	}
 	if d, ok := p.duration(attrs["shutdown_delay"], where); ok {
 		t.ShutdownDelay = d

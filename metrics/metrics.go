@@ -68,6 +68,11 @@ type Metrics struct {
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
 
+	nomadReclaimed *prometheus.CounterVec
+	nomadAPIErrors *prometheus.CounterVec
+	nomadLatency   prometheus.Histogram
+	nomadConnected *prometheus.GaugeVec
+
 	// allocMu serialises SetAllocations so that a status that disappears
 	// from one call to the next is reset to zero, not left at its old value.
 	allocMu   sync.Mutex
@@ -156,6 +161,25 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help:    "HTTP API request duration by route and method.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method"}),
+		nomadReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "nomad_reclaimed_total",
+			Help: "Leftovers of Nomad allocations reclaimed (a nomad block), by kind (netns, cni-cache, lease, iptables).",
+		}, []string{"kind"}),
+		nomadAPIErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "nomad_api_errors_total",
+			Help: "Calls to the Nomad API that failed, by call (agent_self, node_allocations, allocation, event_stream); nothing is reclaimed on a failed answer.",
+		}, []string{"call"}),
+		nomadLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "nomad_reclaim_seconds",
+			Help:    "Time from a Nomad allocation turning terminal until berth had removed the namespace it leaked.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 120, 300},
+		}),
+		// A vector without labels: exported only by agents with a nomad
+		// block, so that an alert on 0 means "configured and disconnected".
+		nomadConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "nomad_connected",
+			Help: "1 while the agent follows the Nomad client's event stream, 0 while Nomad does not answer (nothing of Nomad's is reclaimed then); absent without a nomad block.",
+		}, nil),
 		allocSeen: map[string]bool{},
 	}
 	reg.MustRegister(
@@ -165,6 +189,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		m.gcRuns, m.gcReclaimed,
 		m.allocations, m.allocsTotal, m.pendingTeardowns, m.allocPhase,
 		m.httpRequests, m.httpDuration,
+		m.nomadReclaimed, m.nomadAPIErrors, m.nomadLatency, m.nomadConnected,
 	)
 	// The error series exist from the start, so a rate() over them is 0
 	// rather than absent until the first failure.
@@ -173,8 +198,16 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	m.gcRuns.WithLabelValues(ResultOK)
 	m.gcRuns.WithLabelValues(ResultError)
+	for _, call := range NomadCalls {
+		m.nomadAPIErrors.WithLabelValues(call)
+	}
 	return m
 }
+
+// NomadCalls are the calls of package nomad, the values of
+// nomad_api_errors_total's label (nomad.Call*; listed here so that the
+// series exist from the start).
+var NomadCalls = []string{"agent_self", "node_allocations", "allocation", "event_stream"}
 
 func result(err error) string {
 	if err != nil {
@@ -282,4 +315,26 @@ func (m *Metrics) InstrumentHandler(route string, h http.Handler) http.Handler {
 // formats.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
+}
+
+// NomadReclaimed counts leftovers of Nomad's reclaimed, by kind.
+func (m *Metrics) NomadReclaimed(kind string, n int) {
+	if n > 0 {
+		m.nomadReclaimed.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// NomadAPIError counts a failed call to Nomad.
+func (m *Metrics) NomadAPIError(call string) { m.nomadAPIErrors.WithLabelValues(call).Inc() }
+
+// NomadReclaimLatency observes terminal-to-namespace-gone of one allocation.
+func (m *Metrics) NomadReclaimLatency(d time.Duration) { m.nomadLatency.Observe(d.Seconds()) }
+
+// NomadConnected sets whether Nomad's event stream is followed.
+func (m *Metrics) NomadConnected(up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.nomadConnected.WithLabelValues().Set(v)
 }

@@ -114,3 +114,30 @@ func HoldersOfInode(ctx context.Context, ino uint64, pinPath string) ([]Holder, 
 	sort.SliceStable(out, func(i, j int) bool { return out[i].PID < out[j].PID })
 	return out, nil
 }
+
+// Members maps the inode of every network namespace some process lives in
+// to those processes, from one pass over /proc: a caller judging many
+// namespaces asks it once instead of scanning /proc for each. Processes
+// that exit while it reads are left out.
+func Members(ctx context.Context) (map[uint64][]Holder, error) {
+	pids, err := evidence.PIDs()
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64][]Holder{}
+	for _, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		l, err := evidence.Namespace(pid, "net")
+		if err != nil {
+			continue
+		}
+		var ino uint64
+		if _, err := fmt.Sscanf(l, "net:[%d]", &ino); err != nil {
+			continue
+		}
+		out[ino] = append(out[ino], Holder{PID: pid, Comm: evidence.Comm(pid), Kind: HolderMember})
+	}
+	return out, nil
+}

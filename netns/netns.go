@@ -310,12 +310,27 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 	}
 }
 
+// Inode is the inode of the namespace pinned at path (of the file, when
+// nothing is mounted on it).
+func Inode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat netns %s: %w", path, err)
+	}
+	return st.Ino, nil
+}
+
 // Entry is one file in the namespace directory.
 type Entry struct {
 	Name   string `json:"name"`
 	Path   string `json:"path"`
 	Pinned bool   `json:"pinned"`
 	Inode  uint64 `json:"inode,omitempty"`
+	// Since is when the namespace was pinned, as far as the host tells:
+	// the modification time of its nsfs inode, set when the inode was
+	// made for the first open or mount of the namespace (zero when not
+	// pinned). It dates namespaces of which nothing else is known.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // List returns the entries of the namespace directory, sorted by name. A
@@ -339,6 +354,7 @@ func (m *Manager) List(ctx context.Context) ([]Entry, error) {
 			var st unix.Stat_t
 			if unix.Stat(e.Path, &st) == nil {
 				e.Inode = st.Ino
+				e.Since = time.Unix(st.Mtim.Unix())
 			}
 		}
 		out = append(out, e)

@@ -47,6 +47,9 @@ type Config struct {
 	// Bridge is a pointer so that a file without a bridge block keeps the
 	// defaults (gohcl decodes a present block over them).
 	Bridge *Bridge `hcl:"bridge,block"`
+	// Client is the node's capacity and limits (a pointer for the same
+	// reason as Bridge).
+	Client *Client `hcl:"client,block"`
 	// Tasks are the raw_exec and exec drivers' settings.
 	Tasks *Tasks `hcl:"tasks,block"`
 }
@@ -106,6 +109,7 @@ func Default() Config {
 		LogFormat:    "text",
 		Bridge:       &b,
 		Tasks:        DefaultTasks(),
+		Client:       defaultClient(),
 	}
 }
 
@@ -199,6 +203,7 @@ func (c *Config) Check(p *Problems) {
 	if _, err := c.RunnerBridge().ConfList(); err != nil {
 		p.Addf("%v", err)
 	}
+	c.checkClient(p)
 }
 
 type pathSetting struct {

@@ -28,6 +28,10 @@ func TestSettingNames(t *testing.T) {
 		"tasks.user_checked_drivers=tasks-user-checked-drivers", "tasks.chroot_env=",
 		"tasks.allow_caps=tasks-allow-caps", "tasks.allow_host_pid_mode=tasks-allow-host-pid-mode",
 		"tasks.allow_host_ipc_mode=tasks-allow-host-ipc-mode",
+		"client.cpu_total_compute=client-cpu-total-compute", "client.memory_total_mb=client-memory-total-mb",
+		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers",
+		"client.max_kill_timeout=client-max-kill-timeout",
+		"client.reserved.cpu=client-reserved-cpu", "client.reserved.memory=client-reserved-memory",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("settings:\n got %v\nwant %v", got, want)
@@ -67,6 +71,11 @@ func TestValidate(t *testing.T) {
 		{"bad subnet", func(c *Config) { c.Bridge.Subnet = "10.199.1.0" }, []string{"bridge subnet"}},
 		{"long bridge", func(c *Config) { c.Bridge.Iface = "averyveryverylongname" }, []string{"bridge iface", "15"}},
 		{"two problems", func(c *Config) { c.NetnsDir = "ns"; c.LogFormat = "xml" }, []string{"netns_dir", "log_format"}},
+		{"no client block", func(c *Config) { c.Client = nil }, nil},
+		{"negative reserve", func(c *Config) { c.Client.Reserved.MemoryMB = -1 }, []string{"client.reserved.memory (--client-reserved-memory) -1 must not be negative"}},
+		{"no allocations", func(c *Config) { c.Client.MaxAllocs = 0 }, []string{"client.max_allocs (--client-max-allocs)"}},
+		{"no start workers", func(c *Config) { c.Client.StartWorkers = 0 }, []string{"client.start_workers"}},
+		{"bad max kill timeout", func(c *Config) { c.Client.MaxKillTimeout = "forever" }, []string{"client.max_kill_timeout", `"forever"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,5 +262,34 @@ func TestDecodeHCLOverDefaults(t *testing.T) {
 	want.Bridge.Subnet = "10.199.115.0/24"
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("got %+v %+v, want %+v %+v", o, *o.Bridge, want, *want.Bridge)
+	}
+}
+
+// The capacity: what the file says, else what /proc and /sys say, less
+// the reserve; a reserve that leaves nothing is an error naming it.
+func TestCapacity(t *testing.T) {
+	c := Default()
+	capa, err := c.Capacity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if capa.CPU < 100 || capa.MemoryMB < 64 || capa.Allocs != DefaultMaxAllocs || capa.Cores < 1 || capa.TotalCPU != capa.CPU {
+		t.Errorf("detected: %+v", capa)
+	}
+	c.Client.CPUTotalCompute, c.Client.MemoryTotalMB = 4000, 8000
+	c.Client.Reserved.CPU, c.Client.Reserved.MemoryMB = 500, 1000
+	capa, err = c.Capacity()
+	if err != nil || capa.CPU != 3500 || capa.MemoryMB != 7000 || capa.TotalCPU != 4000 || capa.TotalMemoryMB != 8000 {
+		t.Errorf("configured: %+v %v", capa, err)
+	}
+	c.Client.Reserved.MemoryMB = 8000
+	if _, err := c.Capacity(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "client.reserved.memory") {
+		t.Errorf("a reserve of everything: %v", err)
+	}
+	if got := cpuinfoMHz([]byte("processor\t: 0\ncpu MHz\t\t: 2445.406\nprocessor\t: 1\ncpu MHz\t\t: 3100.000\n")); got != 3100 {
+		t.Errorf("cpuinfo MHz %d", got)
+	}
+	if got := meminfoTotalMB([]byte("MemTotal:       24683520 kB\nMemFree:  1 kB\n")); got != 24105 {
+		t.Errorf("meminfo MB %d", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // DecodeHCL reads an HCL file into parts: pointers to structs whose
@@ -18,6 +20,11 @@ import (
 // setting no part has, a wrong type or bad syntax is an error naming
 // file:line:col.
 func DecodeHCL(src []byte, filename string, parts ...any) error {
+	// The parser recurses per nesting level: a file nested 100,000 deep
+	// would overflow the stack of a root agent before it says anything.
+	if d := hcllimit.Check(src, filename, false); d.HasErrors() {
+		return diagError(d)
+	}
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return diagError(diags)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/berth/berth/allocdir"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
@@ -45,6 +46,9 @@ type Node struct {
 	Drivers *runner.Drivers
 	// Attrs are this machine's attributes, which job constraints read.
 	Attrs jobspec.NodeAttrs
+	// Capacity is what allocations may use (client block, detected totals
+	// less the reserve).
+	Capacity runner.Capacity
 	// OwnerPID and OwnerStartTime mark the records this process owns, so
 	// that the next berth can tell a crash orphaned them.
 	OwnerPID       int
@@ -54,6 +58,9 @@ type Node struct {
 	Store    *store.Store
 	StoreErr error
 	Attach   *attach.Manager
+	// Dirs removes allocation directories in the background: those of
+	// the records retention prunes (set by OpenStore).
+	Dirs *allocdir.Remover
 
 	o Options
 }
@@ -73,6 +80,10 @@ func New(cfg Config, o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read this process's start time: %w", err)
 	}
+	capa, err := cfg.Capacity()
+	if err != nil {
+		return nil, err
+	}
 	return &Node{
 		Config: cfg,
 		Log:    o.Logger,
@@ -82,6 +93,7 @@ func New(cfg Config, o Options) (*Node, error) {
 		}),
 		Drivers:        newDrivers(&cfg, o.Logger),
 		Attrs:          jobspec.LocalNode(),
+		Capacity:       capa,
 		OwnerPID:       os.Getpid(),
 		OwnerStartTime: start,
 		o:              o,
@@ -107,11 +119,15 @@ func (n *Node) OpenStore(ctx context.Context) error {
 	if n.Attach != nil {
 		return errors.New("node: opened twice")
 	}
-	st, err := store.Open(ctx, n.Config.DataDir, store.Options{Logger: n.Log, Retention: n.o.Retention})
+	dirs := allocdir.NewRemover(n.Config.AllocDir(), n.Log)
+	st, err := store.Open(ctx, n.Config.DataDir, store.Options{Logger: n.Log, Retention: n.o.Retention,
+		// A pruned record takes its directory with it.
+		OnPrune: func(ids []string) { dirs.Remove(ids...) }})
 	if err != nil {
+		_ = dirs.Close(ctx)
 		return err
 	}
-	n.Store = st
+	n.Store, n.Dirs = st, dirs
 	n.Attach = n.manager(st)
 	return nil
 }
@@ -147,6 +163,11 @@ func (n *Node) Close(ctx context.Context) error {
 	if err := n.Drivers.Close(cctx); err != nil {
 		errs = append(errs, err)
 	}
+	if n.Dirs != nil {
+		if err := n.Dirs.Close(cctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n.Store != nil {
 		if err := n.Store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close the store %s: %w", n.Store.Path(), err))
@@ -159,9 +180,10 @@ func (n *Node) Close(ctx context.Context) error {
 // drivers and the CNI networks of its config dir.
 func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 	return jobspec.ParseOptions{
-		Node:    n.Attrs,
-		Drivers: n.Drivers.Validators(),
-		Users:   n.Drivers.UserValidators(),
+		Node:           n.Attrs,
+		MaxKillTimeout: n.Config.MaxKillTimeout(),
+		Drivers:        n.Drivers.Validators(),
+		Users:          n.Drivers.UserValidators(),
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
 			return err
@@ -172,6 +194,7 @@ func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 // Runner runs allocations with the node's store, attachment manager and
 // drivers; it needs Open.
 func (n *Node) Runner() *runner.Runner {
+	capa := n.Capacity
 	return runner.New(runner.Options{
 		Attach:         n.Attach,
 		Store:          n.Store,
@@ -183,7 +206,9 @@ func (n *Node) Runner() *runner.Runner {
 		Metrics:        n.o.Metrics,
 		OwnerPID:       n.OwnerPID,
 		OwnerStartTime: n.OwnerStartTime,
-		KeepAllocDirs:  n.o.Retention,
+		Capacity:       &capa,
+		StartWorkers:   n.Config.Client.StartWorkers,
+		MaxKillTimeout: n.Config.MaxKillTimeout(),
 	})
 }
 
@@ -211,5 +236,32 @@ func (n *Node) GCOptions() gc.Options {
 			return lent{d}, nil
 		},
 		Logger: n.Log,
+	}
+}
+
+// Place returns why this node cannot run job, nil if it can: an unmet
+// constraint or node pool (a *jobspec.PlacementError), or a launch that
+// asks more CPU, memory or allocations than the node offers at all (a
+// *runner.ExhaustedError). run and plan call it before creating anything.
+func (n *Node) Place(job *jobspec.Job) error {
+	if err := job.Placement(n.Attrs); err != nil {
+		return err
+	}
+	return n.Capacity.Admissible(job)
+}
+
+// SweepAllocDirs queues for removal the allocation directories no record
+// knows (those of records pruned while no berth removed their directory,
+// or deleted by hand): the agent calls it after its reconcile at start.
+// It needs OpenStore.
+func (n *Node) SweepAllocDirs(ctx context.Context) {
+	ids, err := allocdir.Unknown(ctx, n.Config.AllocDir(), n.Store.AllocationIDs)
+	if err != nil {
+		n.Log.Warn("cannot sweep allocation directories", "err", err)
+		return
+	}
+	if len(ids) > 0 {
+		n.Log.Info("removing allocation directories no record knows", "count", len(ids), "dir", n.Config.AllocDir())
+		n.Dirs.Remove(ids...)
 	}
 }

@@ -40,10 +40,12 @@ func Settings(v any) []Setting {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return settingsOf(t, "", nil)
+	return settingsOf(t, "", nil, false)
 }
 
-func settingsOf(t reflect.Type, prefix string, index []int) []Setting {
+// noFlag is set inside a block tagged flag:"-": its settings have no
+// flags of their own (the block's command owns them).
+func settingsOf(t reflect.Type, prefix string, index []int, noFlag bool) []Setting {
 	var out []Setting
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -59,10 +61,10 @@ func settingsOf(t reflect.Type, prefix string, index []int) []Setting {
 			if bt.Kind() == reflect.Pointer {
 				bt = bt.Elem()
 			}
-			out = append(out, settingsOf(bt, prefix+name+".", idx)...)
+			out = append(out, settingsOf(bt, prefix+name+".", idx, noFlag || f.Tag.Get("flag") == "-")...)
 		case "", "attr", "optional":
 			s := Setting{Path: prefix + name, Help: f.Tag.Get("help"), index: idx}
-			if f.Tag.Get("flag") != "-" {
+			if !noFlag && f.Tag.Get("flag") != "-" {
 				s.Flag = flagName(s.Path)
 			}
 			if a := f.Tag.Get("alias"); a != "" {

@@ -149,6 +149,13 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			if !sleep(ctx, time.Until(next)) {
 				break
 			}
+			if r.admit != nil && r.admit.queued(job.ID) > 0 {
+				// Launches of a job that outlive its period would
+				// otherwise pile up in the queue without bound.
+				r.log.Warn("periodic launch skipped: allocations of the previous launch still wait for resources", "job", job.ID, "at", next)
+				sum.Skipped++
+				continue
+			}
 			if job.Periodic.ProhibitOverlap && last != nil && last.Load() > 0 {
 				r.log.Info("periodic launch skipped: the previous one still runs (prohibit_overlap)", "job", job.ID, "at", next)
 				sum.Skipped++

@@ -47,9 +47,15 @@ type Options struct {
 	// so that the next berth can tell they were orphaned by a crash.
 	OwnerPID       int
 	OwnerStartTime uint64
-	// KeepAllocDirs is how many finished allocation directories are kept
-	// per job (older ones are deleted); 0 means 50.
-	KeepAllocDirs int
+	// Capacity, when set, is what allocations may use: each waits until
+	// its group's resources fit (admission), and Admissible refuses a job
+	// that could never fit. Nil admits everything.
+	Capacity *Capacity
+	// StartWorkers bounds the allocations being started (admitted, network
+	// being set up) at once; 0 means no bound.
+	StartWorkers int
+	// MaxKillTimeout caps a task's kill_timeout; 0 means no cap.
+	MaxKillTimeout time.Duration
 }
 
 // Runner runs allocations.
@@ -57,11 +63,11 @@ type Runner struct {
 	o   Options
 	log *slog.Logger
 
-	dirsMu sync.Mutex
-	dirs   map[string][]string // job -> finished alloc dirs, oldest first
-
 	netMu sync.Mutex
 	nets  map[string]cachedNet
+
+	admit  *admission // nil: no admission
+	starts startPool  // nil: no bound
 }
 
 // cachedNet is a network configuration loaded from the config dir. It is
@@ -94,11 +100,15 @@ func New(o Options) *Runner {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.KeepAllocDirs <= 0 {
-		o.KeepAllocDirs = 50
-	}
 	o.Bridge = o.Bridge.withDefaults()
-	return &Runner{o: o, log: o.Logger, dirs: map[string][]string{}}
+	r := &Runner{o: o, log: o.Logger}
+	if o.Capacity != nil {
+		r.admit = newAdmission(*o.Capacity)
+	}
+	if o.StartWorkers > 0 {
+		r.starts = make(startPool, o.StartWorkers)
+	}
+	return r
 }
 
 // NewAllocID returns a random UUID, the form Nomad's allocation IDs take.
@@ -161,8 +171,15 @@ func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
+		a.event(EventNotRecorded, err.Error())
+		a.log.Error("could not record the allocation; it does not run", "err", err)
 		return a.alloc
 	}
+	release, ok := a.admit(ctx)
+	if !ok {
+		return a.snapshot()
+	}
+	defer release()
 	fault.Point(fault.BeforeAllocSetup)
 	a.run(ctx)
 	a.timing("total", time.Since(now))
@@ -193,6 +210,7 @@ func (a *allocRun) save(ctx context.Context) {
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
+		a.event2(EventNotRecorded, err.Error())
 	}
 }
 
@@ -280,17 +298,21 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 		return nil, err
 	}
 	req := attach.Request{
-		ID:      a.alloc.ID,
-		AllocID: a.alloc.ID,
-		Args: map[string]string{
-			"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
-			// Plugins written for Nomad read these.
-			"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
-			"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
-		},
+		ID:             a.alloc.ID,
+		AllocID:        a.alloc.ID,
+		Args:           map[string]string{},
 		CapabilityArgs: map[string]any{},
 	}
 	for k, v := range g.Network.CNIArgs {
+		req.Args[k] = v
+	}
+	// The runtime's identity wins over the job's cni args (validate warns).
+	for k, v := range map[string]string{
+		"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
+		// Plugins written for Nomad read these.
+		"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
+		"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
+	} {
 		req.Args[k] = v
 	}
 	if pm := portMappings(a.ports); len(pm) > 0 {
@@ -391,7 +413,6 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	if m := a.r.o.Metrics; m != nil {
 		m.AllocDone(string(a.alloc.Status))
 	}
-	a.r.retireDir(a.job.ID, a.dir)
 	lvl := slog.LevelDebug
 	if failed {
 		lvl = slog.LevelWarn
@@ -399,24 +420,8 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	a.log.Log(ctx, lvl, "allocation finished", "status", a.alloc.Status, "desc", a.alloc.StatusDesc)
 }
 
-// retireDir keeps the newest KeepAllocDirs finished alloc dirs of a job.
-func (r *Runner) retireDir(job, dir string) {
-	r.dirsMu.Lock()
-	l := append(r.dirs[job], dir)
-	var drop []string
-	if len(l) > r.o.KeepAllocDirs {
-		drop = append(drop, l[:len(l)-r.o.KeepAllocDirs]...)
-		l = append([]string(nil), l[len(l)-r.o.KeepAllocDirs:]...)
-	}
-	r.dirs[job] = l
-	r.dirsMu.Unlock()
-	for _, d := range drop {
-		_ = os.RemoveAll(d)
-	}
-}
-
 // env builds the task's environment: its env block (interpolated) and the
-// NOMAD_* variables existing job files rely on.
+// NOMAD_* variables existing job files rely on (see taskEnv).
 func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]string, env map[string]string) {
 	j, g := a.job, a.group
 	vars = map[string]string{
@@ -471,15 +476,7 @@ func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]
 	for k, v := range a.r.o.Node {
 		vars[k] = v
 	}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			vars["env."+k] = v
-		}
-	}
-	for k, v := range t.Env {
-		env[k] = jobspec.Interpolate(v, vars)
-	}
-	return vars, env
+	return vars, taskEnv(env, t.Env, vars)
 }
 
 // interpolateConfig substitutes runtime variables in every string of a
@@ -524,7 +521,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
-		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, AllocDir: a.dir, KillTimeout: t.KillTimeout,
+		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, AllocDir: a.dir, KillTimeout: a.r.killTimeout(t.KillTimeout),
 		User:   t.User,
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},

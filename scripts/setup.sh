@@ -14,6 +14,9 @@
 #   - Debian's prometheus (promtool, and the server the metrics tests start
 #     on a port of their own), with its system service left stopped and
 #     disabled;
+#   - Nomad v1.6.5 (MPL-2.0) for the Nomad tests, from ../shared/tools/nomad
+#     next to the checkout when that is there (its install.sh verifies the
+#     checksum and does nothing when the binary is in place);
 #   - berth itself and berth-supervisor, built from this checkout (scripts/install.sh): the
 #     binary in /usr/local/bin, bash and zsh completions, the systemd unit
 #     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
@@ -115,7 +118,15 @@ if [ -x "$root/scripts/image/build-busybox.sh" ]; then
 	"$root/scripts/image/build-busybox.sh" >&2
 fi
 
-# 5. berth itself.
+# 5. Nomad for the Nomad tests (package nomad): the kept v1.6.5 build.
+nomad_tools="$root/../shared/tools/nomad"
+if [ -f "$nomad_tools/install.sh" ]; then
+	bash "$nomad_tools/install.sh" /usr/local/bin/nomad >&2
+elif ! command -v nomad >/dev/null; then
+	log "Nomad not installed and $nomad_tools missing: the Nomad tests will skip (fail with CI=true)"
+fi
+
+# 6. berth itself.
 bash "$here/install.sh"
 
 log "ok"

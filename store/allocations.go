@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/berth/berth/internal/fault"
 )
 
 const kindAllocation = "allocation"
@@ -42,28 +44,98 @@ func (s *Store) PutAllocation(ctx context.Context, a *Allocation) error {
 	if err := validID(kindAllocation, a.ID); err != nil {
 		return err
 	}
+	if err := fault.Fail(fault.FailPutAllocation); err != nil {
+		return fmt.Errorf("put allocation %s: %w", a.ID, err)
+	}
 	rec := *a
 	rec.ModifiedAt = now()
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = rec.ModifiedAt
 	}
+	var pruned []string
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		old, err := getRecord[Allocation](tx, bucketAllocations, kindAllocation, rec.ID)
-		switch {
-		case errors.Is(err, ErrCorrupt):
-			// A whole-record write repairs it; only its index entry, if
-			// any, is lost track of (prune skips missing records).
-			s.log.Warn("overwriting undecodable allocation record", "alloc_id", rec.ID, "error", err)
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return err
-		}
-		return s.writeAlloc(tx, old, &rec)
+		// A group commit may run this twice (see commitLoop).
+		pruned = nil
+		return s.putAlloc(tx, &rec, &pruned)
 	})
 	if err != nil {
 		return fmt.Errorf("put allocation %s: %w", a.ID, err)
 	}
+	s.pruned(pruned)
 	a.CreatedAt, a.ModifiedAt = rec.CreatedAt, rec.ModifiedAt
 	return nil
+}
+
+func (s *Store) putAlloc(tx *bolt.Tx, rec *Allocation, pruned *[]string) error {
+	old, err := getRecord[Allocation](tx, bucketAllocations, kindAllocation, rec.ID)
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		// A whole-record write repairs it; only its index entry, if
+		// any, is lost track of (prune skips missing records).
+		s.log.Warn("overwriting undecodable allocation record", "alloc_id", rec.ID, "error", err)
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return err
+	}
+	return s.writeAlloc(tx, old, rec, pruned)
+}
+
+// PutAllocations is PutAllocation of many records in one transaction
+// (one lock, one fsync): for callers that write thousands at once.
+func (s *Store) PutAllocations(ctx context.Context, as []*Allocation) error {
+	recs := make([]Allocation, len(as))
+	for i, a := range as {
+		if a == nil {
+			return errors.New("put allocations: nil record")
+		}
+		if err := validID(kindAllocation, a.ID); err != nil {
+			return err
+		}
+		recs[i] = *a
+		recs[i].ModifiedAt = now()
+		if recs[i].CreatedAt.IsZero() {
+			recs[i].CreatedAt = recs[i].ModifiedAt
+		}
+	}
+	var pruned []string
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		pruned = nil
+		for i := range recs {
+			if err := s.putAlloc(tx, &recs[i], &pruned); err != nil {
+				return fmt.Errorf("allocation %s: %w", recs[i].ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("put %d allocations: %w", len(as), err)
+	}
+	s.pruned(pruned)
+	for i, a := range as {
+		a.CreatedAt, a.ModifiedAt = recs[i].CreatedAt, recs[i].ModifiedAt
+	}
+	return nil
+}
+
+// AllocationIDs returns the ID of every allocation record, readable or
+// not, without decoding any.
+func (s *Store) AllocationIDs(ctx context.Context) (map[string]bool, error) {
+	ids := map[string]bool{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAllocations).ForEach(func(k, _ []byte) error {
+			ids[string(k)] = true
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list allocation IDs: %w", err)
+	}
+	return ids, nil
+}
+
+func (s *Store) pruned(ids []string) {
+	if len(ids) > 0 && s.onPrune != nil {
+		s.onPrune(ids)
+	}
 }
 
 // GetAllocation returns the allocation, or an error wrapping ErrNotFound.
@@ -80,30 +152,73 @@ func (s *Store) GetAllocation(ctx context.Context, id string) (*Allocation, erro
 // UpdateAllocation is PutAllocation as a read-modify-write in one
 // transaction. If fn returns an error nothing is written.
 func (s *Store) UpdateAllocation(ctx context.Context, id string, fn func(*Allocation) error) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		a, err := getRecord[Allocation](tx, bucketAllocations, kindAllocation, id)
-		if err != nil {
-			return err
-		}
-		// The index entry is keyed by value fields only, so a shallow copy
-		// taken before fn runs still finds it.
-		old := *a
-		if err := fn(a); err != nil {
-			return fmt.Errorf("update allocation %s: %w", id, err)
-		}
-		if a.ID != id {
-			return fmt.Errorf("update allocation %s: fn changed the ID to %q", id, a.ID)
-		}
-		a.ModifiedAt = now()
-		if a.CreatedAt.IsZero() {
-			a.CreatedAt = a.ModifiedAt
-		}
-		if err := s.writeAlloc(tx, &old, a); err != nil {
-			return fmt.Errorf("update allocation %s: %w", id, err)
+	var pruned []string
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		pruned = nil
+		return s.updateAlloc(tx, id, fn, &pruned)
+	})
+	s.pruned(pruned)
+	return err
+}
+
+// UpdateAllocations is UpdateAllocation of every ID in one transaction;
+// fn is called with each. A missing record is skipped (errs[id] says
+// so); an error of fn or of a write is that ID's, and the others are
+// still written.
+func (s *Store) UpdateAllocations(ctx context.Context, ids []string, fn func(*Allocation) error) (errs map[string]error, err error) {
+	var pruned []string
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		pruned, errs = nil, map[string]error{}
+		for _, id := range ids {
+			err := s.updateAlloc(tx, id, fn, &pruned)
+			var we *writeError
+			if errors.As(err, &we) {
+				// The transaction may be half-written for this ID.
+				return err
+			}
+			if err != nil {
+				errs[id] = err
+			}
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("update %d allocations: %w", len(ids), err)
+	}
+	s.pruned(pruned)
+	return errs, nil
 }
+
+func (s *Store) updateAlloc(tx *bolt.Tx, id string, fn func(*Allocation) error, pruned *[]string) error {
+	a, err := getRecord[Allocation](tx, bucketAllocations, kindAllocation, id)
+	if err != nil {
+		return err
+	}
+	// The index entry is keyed by value fields only, so a shallow copy
+	// taken before fn runs still finds it.
+	old := *a
+	if err := fn(a); err != nil {
+		return fmt.Errorf("update allocation %s: %w", id, err)
+	}
+	if a.ID != id {
+		return fmt.Errorf("update allocation %s: fn changed the ID to %q", id, a.ID)
+	}
+	a.ModifiedAt = now()
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = a.ModifiedAt
+	}
+	if err := s.writeAlloc(tx, &old, a, pruned); err != nil {
+		return &writeError{fmt.Errorf("update allocation %s: %w", id, err)}
+	}
+	return nil
+}
+
+// writeError is a failed write inside a transaction, which must then be
+// rolled back.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
 
 // DeleteAllocation removes the allocation; a missing one is not an error.
 func (s *Store) DeleteAllocation(ctx context.Context, id string) error {
@@ -161,8 +276,9 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocFilter) ([]*Allocati
 }
 
 // writeAlloc stores a (replacing old, which may be nil), keeps the terminal
-// index in step and applies retention to a's job.
-func (s *Store) writeAlloc(tx *bolt.Tx, old, a *Allocation) error {
+// index in step and applies retention to a's job, adding the IDs it
+// deleted to pruned.
+func (s *Store) writeAlloc(tx *bolt.Tx, old, a *Allocation, pruned *[]string) error {
 	if old != nil {
 		if err := unindexTerminal(tx, old); err != nil {
 			return err
@@ -181,13 +297,13 @@ func (s *Store) writeAlloc(tx *bolt.Tx, old, a *Allocation) error {
 	if err := job.Put(terminalKey(a), nil); err != nil {
 		return fmt.Errorf("index as terminal: %w", err)
 	}
-	return s.prune(tx, a, job)
+	return s.prune(tx, a, job, pruned)
 }
 
 // prune deletes the oldest terminal allocations of a's job beyond the
 // retention. Keys sort oldest first. A job normally holds retention+1 of
 // them here (more only if Retention was lowered), so reading all is cheap.
-func (s *Store) prune(tx *bolt.Tx, a *Allocation, job *bolt.Bucket) error {
+func (s *Store) prune(tx *bolt.Tx, a *Allocation, job *bolt.Bucket, pruned *[]string) error {
 	// Count with a cursor: Bucket.Stats reads committed pages and would
 	// miss this transaction's own writes.
 	var keys [][]byte
@@ -208,6 +324,7 @@ func (s *Store) prune(tx *bolt.Tx, a *Allocation, job *bolt.Bucket) error {
 		if err := job.Delete(k); err != nil {
 			return fmt.Errorf("prune allocation %s of job %s: %w", id, a.JobID, err)
 		}
+		*pruned = append(*pruned, string(id))
 	}
 	s.log.Debug("pruned terminal allocations", "namespace", a.Namespace, "job", a.JobID, "deleted", len(victims), "kept", s.retention)
 	return nil

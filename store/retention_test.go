@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -239,3 +240,76 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 	checkIndex(t, s)
 }
+
+// OnPrune hears of every allocation retention deletes, once its
+// transaction committed, whether the write was a put, an update or one of
+// a batch; batch writes mark many records in one transaction.
+func TestOnPruneAndBatches(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var pruned []string
+	s, _ := openTest(t, Options{Retention: 2, OnPrune: func(ids []string) {
+		mu.Lock()
+		pruned = append(pruned, ids...)
+		mu.Unlock()
+	}})
+	for i := range 3 {
+		testenvMust(t, s.PutAllocation(ctx, &Allocation{ID: fmt.Sprintf("a-%d", i), JobID: "j", Status: AllocComplete}))
+	}
+	mu.Lock()
+	if !slices.Equal(pruned, []string{"a-0"}) {
+		t.Errorf("pruned after 3 puts: %v", pruned)
+	}
+	mu.Unlock()
+
+	var batch []*Allocation
+	for i := range 4 {
+		batch = append(batch, &Allocation{ID: fmt.Sprintf("b-%d", i), JobID: "j", Status: AllocRunning})
+	}
+	testenvMust(t, s.PutAllocations(ctx, batch))
+	ids := []string{"b-0", "b-1", "b-2", "missing"}
+	errs, err := s.UpdateAllocations(ctx, ids, func(a *Allocation) error {
+		if a.ID == "b-2" {
+			return fmt.Errorf("not this one")
+		}
+		a.Status = AllocLost
+		return nil
+	})
+	testenvMust(t, err)
+	if len(errs) != 2 || errs["b-2"] == nil || errs["missing"] == nil || !errorsIs(errs["missing"], ErrNotFound) {
+		t.Errorf("per-ID errors: %v", errs)
+	}
+	all, err := s.ListAllocations(ctx, AllocFilter{JobID: "j"})
+	testenvMust(t, err)
+	got := map[string]AllocStatus{}
+	for _, a := range all {
+		got[a.ID] = a.Status
+	}
+	want := map[string]AllocStatus{"b-0": AllocLost, "b-1": AllocLost, "b-2": AllocRunning, "b-3": AllocRunning}
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("%s: %s, want %s (all: %v)", id, got[id], st, got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Two lost records made a-1 and a-2 the oldest beyond retention 2.
+	slices.Sort(pruned)
+	if !slices.Equal(pruned, []string{"a-0", "a-1", "a-2"}) {
+		t.Errorf("pruned: %v", pruned)
+	}
+	idset, err := s.AllocationIDs(ctx)
+	testenvMust(t, err)
+	if len(idset) != 4 || !idset["b-3"] || idset["a-2"] {
+		t.Errorf("AllocationIDs: %v", idset)
+	}
+}
+
+func testenvMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -109,6 +109,11 @@ type Options struct {
 	// Timeout bounds the wait for one transaction's lock; 0 means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// OnPrune, if set, is called with the IDs of the terminal allocations
+	// retention deleted, after the transaction that deleted them
+	// committed (so that their directories go with them). It must not
+	// block: it runs in the writer's goroutine.
+	OnPrune func(ids []string)
 }
 
 // Store is berth's durable state: attachments, allocations and jobs in one
@@ -125,6 +130,7 @@ type Store struct {
 	users     *flock.Lock
 	ident     fileIdent
 	retention int
+	onPrune   func([]string)
 	timeout   time.Duration
 	log       *slog.Logger
 
@@ -238,7 +244,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dataDir, path: filepath.Join(dataDir, DBFile), txLock: filepath.Join(dataDir, TxLockFile),
-		users: users, retention: opts.Retention, timeout: opts.Timeout, log: opts.Logger,
+		users: users, retention: opts.Retention, onPrune: opts.OnPrune, timeout: opts.Timeout, log: opts.Logger,
 		ops: make(chan writeOp, maxGroup), loopDone: make(chan struct{}),
 	}
 	if err := s.initialize(ctx); err != nil {

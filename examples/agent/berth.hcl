@@ -3,8 +3,9 @@
 # Every setting but api.token is also a flag of `berth agent`, named as here with
 # '-' for '_' and, inside a block, the block's name in front: --data-dir,
 # --gc-interval, --bridge-subnet, --api-socket. A flag given on the command line
-# wins over this file. Unknown settings are errors. The settings above gc_interval
-# and the bridge block are the node's: every berth command takes them as flags.
+# wins over this file. Unknown settings are errors. The settings above gc_interval,
+# the bridge block and the client block are the node's: every berth command takes
+# them as flags.
 
 # berth's state: the store (berth.db, owned by one process at a time), task logs
 # (alloc/<id>/<task>.stdout|stderr) and the podman service berth starts.
@@ -53,18 +54,69 @@ bridge {
   subnet  = "10.199.1.0/24"
 }
 
+# What the node offers allocations and the limits it puts on them (Nomad's client
+# block). Every task's resources (Nomad's defaults when it has no resources block:
+# cpu 100 MHz, memory 300 MB) count against the node's CPU and memory less the
+# reserve. An allocation that does not fit now waits, pending with the reason
+# ("queued: waiting for memory: ..."); a job whose one launch could never fit
+# (count x resources > the node) is refused by run and plan, naming the dimension.
+client {
+  # The node's CPU in MHz and memory in MB; 0 detects them: the CPUs berth may run
+  # on times their maximum MHz (cpufreq, else /proc/cpuinfo), and MemTotal.
+  cpu_total_compute = 0
+  memory_total_mb   = 0
+
+  # Allocations running at once, at most (a job whose launch needs more is refused).
+  max_allocs = 1000
+
+  # Allocations being started (network set up) at once; the others wait their turn.
+  start_workers = 8
+
+  # The longest kill_timeout a task gets: a stop or drain never waits longer for
+  # one task (a job asking more gets this, with a warning at validate).
+  max_kill_timeout = "30s"
+
+  # Kept for the host (berth, the system) and not offered to allocations.
+  reserved {
+    cpu    = 0 # MHz
+    memory = 0 # MB
+  }
+}
+
 api {
   # JSON over this unix socket, mode 0600 (root only); its directory is created 0700.
   socket = "/run/berth/berth.sock"
 
+  # Each listener (the socket, TCP) serves this many connections at once; more
+  # wait in the kernel's backlog until one closes.
+  max_connections = 256
+
+  # How long a client may take to send a whole request, headers and body; a
+  # slower one is cut off.
+  read_timeout = "30s"
+
   # Optionally also over TCP. Every TCP request must then carry
   # "Authorization: Bearer <token>"; the agent refuses to start a TCP listener
-  # without a token (at least 16 characters). token_file wins over token.
-  # /metrics is served there too: examples/prometheus/prometheus.yml scrapes it
-  # with the token from the same file.
+  # without a token (at least 16 characters). token_file wins over token and must
+  # be readable by its owner only (chmod 600): the token is root on this node.
+  # /metrics is served there too (examples/prometheus/prometheus.yml scrapes it).
   # tcp_address = "127.0.0.1:4646"
   # token       = "change-me-to-a-long-random-string"
   # token_file  = "/etc/berth/token"
+
+  # An address that is not loopback needs TLS, unless allow_plaintext says the
+  # token may cross the network in clear text.
+  # allow_plaintext = false
+
+  # TLS of the TCP API (clients use https://, `berth job ... --ca-cert`). With
+  # ca_file, client certificates are verified against it (optional unless
+  # verify_client); the bearer token is still required.
+  tls {
+    # cert_file     = "/etc/berth/tls/agent.pem"
+    # key_file      = "/etc/berth/tls/agent-key.pem"
+    # ca_file       = "/etc/berth/tls/ca.pem"
+    # verify_client = false
+  }
 }
 
 # The raw_exec and exec task drivers (Nomad's plugin settings and client options).
@@ -106,3 +158,25 @@ tasks {
   allow_host_pid_mode = false
   allow_host_ipc_mode = false
 }
+
+# Reclaim what Nomad leaves on this node (a Nomad client): the namespaces
+# Nomad 1.6 to 1.10.0 leak, and the CNI state of allocations that are
+# terminal or that Nomad forgot (see README.md, "Nomad clusters"). The agent
+# then follows the local client agent's allocation events, reclaims an
+# allocation's leftovers seconds after it turns terminal, and reconciles
+# fully at start and every gc_interval. Settings left out come from the
+# nomad CLI's environment (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
+# NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY,
+# NOMAD_TLS_SERVER_NAME). Flags: --nomad-address, --nomad-grace-period.
+# Absent by default.
+# nomad {
+#   address      = "http://127.0.0.1:4646"
+#   token        = ""       # agent:read, node:read, read-job in every namespace
+#   namespace    = "*"      # whose allocation events are followed
+#   region       = ""
+#   ca_cert      = ""
+#   client_cert  = ""
+#   client_key   = ""
+#   tls_server_name = ""
+#   grace_period = "1h"     # for what Nomad no longer knows
+# }

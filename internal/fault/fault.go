@@ -1,10 +1,12 @@
 // Package fault lets tests make berth die abruptly at a named point, to
 // prove that whatever berth leaves half-done is finished or undone by the
-// next berth process. It is driven by the environment variable
-// BERTH_FAULT=<point> and does nothing when it is unset.
+// next berth process, or make one operation fail as a full disk would.
+// It is driven by the environment variable BERTH_FAULT=<point> and does
+// nothing when it is unset.
 package fault
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -27,6 +29,20 @@ const (
 	AfterContainerCreate = "after-container-create" // podman: created, not started, not recorded
 	TaskStarted          = "task-started"           // the driver's Start returned, handle not recorded
 )
+
+// Failure points: the operation fails with ENOSPC instead of running.
+const (
+	FailPutAllocation = "fail-put-allocation" // store.PutAllocation: no allocation can be recorded
+)
+
+// Fail returns an error wrapping syscall.ENOSPC if BERTH_FAULT names this
+// point, else nil.
+func Fail(name string) error {
+	if v := os.Getenv(Env); v != "" && v == name {
+		return fmt.Errorf("%w (injected: %s=%s)", syscall.ENOSPC, Env, name)
+	}
+	return nil
+}
 
 // Point kills the process with SIGKILL if BERTH_FAULT names this point.
 // SIGKILL, not exit: no deferred cleanup may run, as after a real crash.
