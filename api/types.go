@@ -359,7 +359,7 @@ type Allocation struct {
 	OwnerPID       int    `json:"owner_pid,omitempty"`
 	OwnerStartTime uint64 `json:"owner_start_time,omitempty"`
 	// Index is its index in the group (NOMAD_ALLOC_INDEX).
-	Index int `json:"index"`
+	Index int `json:"index,omitempty"`
 	// Detached: a stopped agent left it running for the next agent to
 	// re-adopt.
 	Detached   bool      `json:"detached,omitempty"`

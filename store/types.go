@@ -94,6 +94,9 @@ type TaskHandle struct {
 	SupervisorPID       int    `json:"supervisor_pid,omitempty"`
 	SupervisorStartTime uint64 `json:"supervisor_start_time,omitempty"`
 	StatusPath          string `json:"status_path,omitempty"`
+	// KillSignal is what a stop sends first (the task's kill_signal; 0:
+	// SIGTERM), kept so that a re-attached task is stopped as it asked.
+	KillSignal int `json:"kill_signal,omitempty"`
 }
 
 // TaskState is one task of an allocation.
