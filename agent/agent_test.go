@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -325,6 +326,18 @@ func TestAPI(t *testing.T) {
 			if resp.StatusCode != bad.want {
 				t.Errorf("logs %s%s: %d, want %d", bad.task, bad.query, resp.StatusCode, bad.want)
 			}
+		}
+		// Row 10 of issue 10: a task that replaces its log by a symlink
+		// does not get the target served.
+		logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "t.stdout")
+		testenv.Must(t, os.Remove(logPath))
+		testenv.Must(t, os.Symlink("/etc/os-release", logPath))
+		resp, err := c.Do(ctx, http.MethodGet, "/v1/allocation/"+id+"/logs/t", nil)
+		testenv.Must(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || strings.Contains(string(body), "PRETTY_NAME") {
+			t.Errorf("logs through a planted symlink: %d %q", resp.StatusCode, body)
 		}
 		// Dead jobs stay listed until stopped; stop forgets them.
 		plan, err = c.PlanJob(ctx, []byte(src), "batch.hcl")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
+	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/ui"
@@ -36,6 +37,7 @@ func (a *Agent) routes() http.Handler {
 	rs := []route{
 		{http.MethodGet, "/v1/health", a.handleHealth},
 		{http.MethodGet, "/v1/agent/self", a.handleSelf},
+		{http.MethodPost, "/v1/agent/drain", a.handleDrain},
 		{http.MethodGet, "/v1/jobs", a.handleJobs},
 		{http.MethodPost, "/v1/jobs", a.handleSubmit},
 		{http.MethodPost, "/v1/jobs/plan", a.handlePlan},
@@ -216,6 +218,22 @@ func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, self)
+}
+
+// handleDrain starts a drain: every job stopped, every network torn
+// down, then the agent exits. It answers at once (a drain lasts as long
+// as the slowest kill_timeout); the client waits for the agent to go.
+func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	n := 0
+	for _, jr := range a.jobs {
+		if jr.cancel != nil {
+			n++
+		}
+	}
+	a.mu.Unlock()
+	go func() { _ = a.requestDrain(context.WithoutCancel(r.Context())) }()
+	writeJSON(w, http.StatusAccepted, api.DrainResponse{Draining: true, Jobs: n, PID: os.Getpid()})
 }
 
 func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {
@@ -417,11 +435,17 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	path := filepath.Join(a.cfg.AllocDir(), al.ID, task+"."+typ)
-	f, err := os.Open(path)
+	// The task can write its allocation dir: what is there by that name
+	// is opened only if it is a regular file of its own, no symlink
+	// followed (a task could plant one to /etc/shadow).
+	f, err := logfile.OpenBeneath(filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ, os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
+			return
+		}
+		if errors.Is(err, logfile.ErrUnsafe) {
+			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not a regular file (replaced by a link?): not served", typ, task, al.ID)
 			return
 		}
 		writeErr(w, err)

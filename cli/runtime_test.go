@@ -122,6 +122,7 @@ func startAgentOn(t *testing.T, subnet string) (string, string) {
 	cfg.CNIPath = []string{testenv.ReferencePlugins}
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
+	cfg.DrainOnShutdown = true // stopped with the test: leave nothing
 	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: subnet}
 	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(cfg.Bridge.Network, cfg.Bridge.Iface) })
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}

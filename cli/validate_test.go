@@ -107,3 +107,47 @@ func mustRead(t *testing.T, path string) string {
 	testenv.Must(t, err)
 	return string(b)
 }
+
+// A task user this node does not have, or denies for the driver (exec:
+// root, as Nomad's user.denylist), is an error at the user attribute;
+// raw_exec's root is fine.
+func TestValidateTaskUser(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
+	cases := []struct {
+		driver, user, want string
+	}{
+		{"raw_exec", "btcli-no-such-user", `user.hcl:5:16: user "btcli-no-such-user" of task "t"`},
+		{"exec", "btcli-no-such-user", "unknown user"},
+		{"exec", "root", "user denied by this node's settings"},
+		{"raw_exec", "root", ""},
+		{"exec", "nobody", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.driver+"/"+tc.user, func(t *testing.T) {
+			job := filepath.Join(t.TempDir(), "user.hcl")
+			testenv.Must(t, os.WriteFile(job, []byte(`job "btcli-user" {
+  group "g" {
+    task "t" {
+      driver = "`+tc.driver+`"
+      user   = "`+tc.user+`"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`), 0o644))
+			_, _, err := run(t, append([]string{"validate", job}, common...)...)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !position.MatchString(err.Error()) {
+				t.Fatalf("validate: %v, want a positioned %q", err, tc.want)
+			}
+		})
+	}
+}

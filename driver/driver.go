@@ -13,8 +13,18 @@ import (
 	"github.com/berth/berth/store"
 )
 
-// ErrUnknownDriver is returned for a driver name berth does not have.
-var ErrUnknownDriver = errors.New("unknown driver")
+var (
+	// ErrUnknownDriver is returned for a driver name berth does not have.
+	ErrUnknownDriver = errors.New("unknown driver")
+	// ErrNotRecoverable is returned by Recover for a task that cannot be
+	// re-attached: gone without a recorded exit, another data dir's, a
+	// reused PID, a handle of another driver or of an older berth.
+	ErrNotRecoverable = errors.New("task cannot be re-attached")
+	// ErrUnknownUser is returned for a task user this node does not have.
+	ErrUnknownUser = errors.New("unknown user")
+	// ErrDeniedUser is returned for a task user this node's settings deny.
+	ErrDeniedUser = errors.New("user denied by this node's settings")
+)
 
 // Task is everything a driver needs to start one task.
 type Task struct {
@@ -29,7 +39,8 @@ type Task struct {
 	Env map[string]string
 	// NetnsPath is the group's pinned network namespace; empty means the host's.
 	NetnsPath string
-	// LogDir receives <TaskName>.stdout and <TaskName>.stderr.
+	// LogDir receives <TaskName>.stdout and <TaskName>.stderr (and the
+	// rotated <TaskName>.stdout.1 ...).
 	LogDir string
 	// AllocDir is the allocation's directory, laid out as Nomad's (see
 	// SharedDir and TaskDir); empty means none (raw_exec only).
@@ -39,6 +50,10 @@ type Task struct {
 	// means SIGTERM.
 	KillSignal syscall.Signal
 	Resources  Resources
+	// User is who the task runs as; empty is the driver's default (berth's
+	// own user for raw_exec, nobody for exec, the image's for podman).
+	User string
+	Logs LogConfig
 	// Labels are attached to whatever the driver creates (container labels),
 	// so an orphan can be found by them after a crash.
 	Labels map[string]string
@@ -51,6 +66,15 @@ type Resources struct {
 	CPU         int
 	MemoryMB    int
 	MemoryMaxMB int
+}
+
+// LogConfig is the task's logs block: MaxFiles files of MaxFileSizeMB
+// each per stream (0: Nomad's 10 and 10); Disabled sends the output to
+// /dev/null.
+type LogConfig struct {
+	MaxFiles      int
+	MaxFileSizeMB int
+	Disabled      bool
 }
 
 // SharedDir is the allocation's directory shared by its tasks
@@ -69,8 +93,9 @@ type TaskPaths struct {
 }
 
 // PathMapper is a driver whose tasks see a filesystem of their own (a
-// container's): it says where the task's directories appear there. For
-// any other driver they are the host's paths.
+// container's, exec's root): it says where the task's directories appear
+// there. For any other driver, or when TaskPaths is the zero value (the
+// raw_exec side of the exec package's Driver), they are the host's paths.
 type PathMapper interface {
 	TaskPaths() TaskPaths
 }
@@ -120,8 +145,41 @@ type Driver interface {
 	// process whose start time differs from the recorded one. Nothing left
 	// is not an error.
 	Cleanup(ctx context.Context, h store.TaskHandle) error
+	// Recover re-attaches a task a berth process that died started, from
+	// its recorded handle: the returned Handle waits for, stops and
+	// destroys it as if this process had started it. A task that ended
+	// while nobody watched returns a Handle whose Wait reports its real
+	// exit. A task that cannot be proven to be the recorded one (its
+	// process or container gone without an exit status, a PID reused,
+	// another data dir's) is ErrNotRecoverable: Cleanup it.
+	Recover(ctx context.Context, h store.TaskHandle) (Handle, error)
 	// Close releases driver-wide resources (e.g. a podman service berth started).
 	Close(ctx context.Context) error
+}
+
+// Leftover is something a driver made for a task of this data dir that is
+// still on the host: a container, a task cgroup, a supervisor. AllocID
+// (and Task, when known) say whose it is, read from the object itself
+// (labels, names, command lines), not from a record.
+type Leftover struct {
+	Driver string `json:"driver"`
+	// StoreID is the data dir's store the object is marked with.
+	StoreID string `json:"store_id"`
+	Kind    string `json:"kind"` // "container", "cgroup", "supervisor"
+	ID      string `json:"id"`   // container ID, cgroup path, "pid:start"
+	AllocID string `json:"alloc_id"`
+	Task    string `json:"task,omitempty"`
+}
+
+// Sweeper is a driver that can list what it made for a data dir's tasks
+// (by its store ID, store.IDFor), so that garbage collection finds what no
+// record describes (berth killed between making a task and recording its
+// handle).
+type Sweeper interface {
+	Leftovers(ctx context.Context, storeID string) ([]Leftover, error)
+	// RemoveLeftover kills and removes one, once it checked the object
+	// still carries l.StoreID; gone already is not an error.
+	RemoveLeftover(ctx context.Context, l Leftover) error
 }
 
 // ConfigWarning is returned by ValidateConfig, alone or inside errors.Join

@@ -41,6 +41,7 @@ const (
 	KindLease      = "lease"       // a host-local lease of an unknown container ID
 	KindIptables   = "iptables"    // CNI rules and chains of an unknown ID
 	KindBridge     = "bridge"      // what a network keeps after its last attachment
+	// KindTask (gc/tasks.go): what a driver made for a task of a terminal or unknown allocation
 )
 
 // DefaultTidyIdle is how long a network berth used must have had no
@@ -113,6 +114,10 @@ type Options struct {
 	OpenDriver func(ctx context.Context, name string) (driver.Driver, error)
 	// DryRun reports what would be reclaimed and changes nothing.
 	DryRun bool
+	// ReclaimDetached also reclaims the allocations a stopping agent left
+	// running for the next one (store.Allocation.Detached); without it
+	// they are kept. An agent sets it once it has re-adopted its own.
+	ReclaimDetached bool
 	// IgnoreBackoff retries pending teardowns now, even before their
 	// NextAttempt (an operator's explicit `berth gc`).
 	IgnoreBackoff bool
@@ -299,6 +304,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if whole {
 		r.checkReboot(ctx)
 		r.replay(ctx)
+		r.sweepTasks(ctx)
 		if err := ctx.Err(); err != nil {
 			return r.finish(start), err
 		}
@@ -328,6 +334,7 @@ func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer r.closeDrivers(ctx)
 	r.replay(ctx)
+	r.sweepTasks(ctx)
 	if len(r.touched) > 0 {
 		r.tidy(ctx)
 	}

@@ -44,6 +44,9 @@ type ParseOptions struct {
 	// Drivers maps each known driver to a validator of its config block.
 	// A nil validator accepts any config.
 	Drivers map[string]func(config map[string]any) error
+	// Users maps a driver to a check of a task's user on this node (it
+	// exists, it is not denied); drivers without one are not checked.
+	Users map[string]func(user string) error
 	// Network is called with <name> for network mode "cni/<name>".
 	Network func(name string) error
 	// Vars are -var NAME=VALUE arguments, in order (a later one wins).

@@ -137,6 +137,12 @@ func (p *parser) task(blk *hclsyntax.Block, g *Group, j *Job, groupWhere string)
 	}
 	if s, ok := p.str(attrs["user"], where); ok {
 		t.User = s
+		if check := p.opts.Users[t.Driver]; check != nil && s != "" {
+			if err := check(s); err != nil {
+				p.fail(attrs["user"].Expr.Range(), fmt.Sprintf("user %q of %s: %v", s, where, err),
+					"name a user that exists on this node and that its settings allow (tasks.user_denylist)")
+			}
+		}
 	}
 	if s, ok := p.str(attrs["kind"], where); ok {
 		t.Kind = s

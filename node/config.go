@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	execdrv "github.com/berth/berth/driver/exec"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/runner"
 )
@@ -49,6 +50,40 @@ type Config struct {
 	// Client is the node's capacity and limits (a pointer for the same
 	// reason as Bridge).
 	Client *Client `hcl:"client,block"`
+	// Tasks are the raw_exec and exec drivers' settings.
+	Tasks *Tasks `hcl:"tasks,block"`
+}
+
+// Tasks are the raw_exec and exec drivers' node settings: Nomad's raw_exec
+// "enabled", exec's allow_caps, the client's chroot_env and its
+// user.denylist and user.checked_drivers options.
+type Tasks struct {
+	RawExecEnabled bool `hcl:"raw_exec_enabled,optional" help:"run raw_exec tasks (unisolated); false refuses jobs that use it"`
+	// UserDenylist are the users tasks of UserCheckedDrivers may not run
+	// as; a user with a denied user's UID is denied too (root-like).
+	UserDenylist       []string `hcl:"user_denylist,optional" help:"colon-separated users tasks of the checked drivers may not run as (a user with a denied one's UID too)"`
+	UserCheckedDrivers []string `hcl:"user_checked_drivers,optional" help:"colon-separated drivers whose task users the denylist applies to (exec, raw_exec)"`
+	// ChrootEnv maps host paths to paths in an exec task's root (no flag:
+	// a map).
+	ChrootEnv map[string]string `hcl:"chroot_env,optional" flag:"-" help:"host path = path in an exec task's root, bound read-only"`
+	// AllowCaps bounds an exec task's cap_add.
+	AllowCaps []string `hcl:"allow_caps,optional" help:"colon-separated capabilities an exec task's cap_add may ask for"`
+	// AllowHostPIDMode and AllowHostIPCMode let exec tasks ask for
+	// pid_mode/ipc_mode "host".
+	AllowHostPIDMode bool `hcl:"allow_host_pid_mode,optional" help:"let exec tasks ask for pid_mode = \"host\""`
+	AllowHostIPCMode bool `hcl:"allow_host_ipc_mode,optional" help:"let exec tasks ask for ipc_mode = \"host\""`
+}
+
+// DefaultTasks are Nomad's defaults: raw_exec on (berth's jobs rely on it;
+// Nomad's is off), root denied to exec, Nomad's chroot_env and allow_caps.
+func DefaultTasks() *Tasks {
+	return &Tasks{
+		RawExecEnabled:     true,
+		UserDenylist:       append([]string{}, execdrv.DefaultDeniedUsers...),
+		UserCheckedDrivers: []string{execdrv.NameExec},
+		ChrootEnv:          execdrv.DefaultChrootEnv(),
+		AllowCaps:          append([]string{}, execdrv.DefaultAllowCaps...),
+	}
 }
 
 // Bridge is the network berth generates for `network { mode = "bridge" }`
@@ -73,6 +108,7 @@ func Default() Config {
 		LogLevel:     "info",
 		LogFormat:    "text",
 		Bridge:       &b,
+		Tasks:        DefaultTasks(),
 		Client:       defaultClient(),
 	}
 }
@@ -128,6 +164,19 @@ func (c *Config) Validate() error {
 func (c *Config) Check(p *Problems) {
 	if c.Bridge == nil {
 		c.Bridge = Default().Bridge
+	}
+	if c.Tasks == nil {
+		c.Tasks = DefaultTasks()
+	}
+	for host, inRoot := range c.Tasks.ChrootEnv {
+		if !filepath.IsAbs(host) || !filepath.IsAbs(inRoot) {
+			p.Add("tasks.chroot_env", "%q = %q: both paths must be absolute", host, inRoot)
+		}
+	}
+	for _, d := range c.Tasks.UserCheckedDrivers {
+		if d != execdrv.NameExec && d != execdrv.NameRawExec {
+			p.Add("tasks.user_checked_drivers", "%q: only %s and %s tasks can be checked before they start", d, execdrv.NameRawExec, execdrv.NameExec)
+		}
 	}
 	for _, s := range c.paths() {
 		if !filepath.IsAbs(*s.p) {

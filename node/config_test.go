@@ -28,6 +28,10 @@ func TestSettingNames(t *testing.T) {
 		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers",
 		"client.max_kill_timeout=client-max-kill-timeout",
 		"client.reserved.cpu=client-reserved-cpu", "client.reserved.memory=client-reserved-memory",
+		"tasks.raw_exec_enabled=tasks-raw-exec-enabled", "tasks.user_denylist=tasks-user-denylist",
+		"tasks.user_checked_drivers=tasks-user-checked-drivers", "tasks.chroot_env=",
+		"tasks.allow_caps=tasks-allow-caps", "tasks.allow_host_pid_mode=tasks-allow-host-pid-mode",
+		"tasks.allow_host_ipc_mode=tasks-allow-host-ipc-mode",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("settings:\n got %v\nwant %v", got, want)

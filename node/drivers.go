@@ -3,38 +3,65 @@ package node
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	"github.com/berth/berth/driver"
 	execdrv "github.com/berth/berth/driver/exec"
 	"github.com/berth/berth/driver/podman"
 	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
 )
 
 // newDrivers registers the drivers berth ships, raw_exec, exec and
 // podman, each made when a task (or gc) first needs it: the podman driver
 // may start a podman service, which a job that uses only raw_exec (or
-// `berth validate`) must not pay for.
-func newDrivers(podmanSocket, dataDir string, log *slog.Logger) *runner.Drivers {
-	return runner.NewDrivers(map[string]runner.DriverFactory{
+// `berth validate`) must not pay for. raw_exec and exec mark their tasks
+// (supervisors, cgroups) with the data dir's store ID, so that a berth
+// re-attaches and sweeps only its own; the tasks block gives them their
+// settings, and raw_exec is left out when it is disabled.
+func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
+	t := cfg.Tasks
+	if t == nil {
+		t = DefaultTasks()
+	}
+	opts := func(name string) execdrv.Options {
+		o := execdrv.Options{
+			Logger:           log,
+			StoreID:          store.IDFor(cfg.DataDir),
+			ChrootEnv:        t.ChrootEnv,
+			AllowCaps:        t.AllowCaps,
+			AllowHostPIDMode: t.AllowHostPIDMode,
+			AllowHostIPCMode: t.AllowHostIPCMode,
+			DeniedUsers:      []string{},
+		}
+		if slices.Contains(t.UserCheckedDrivers, name) {
+			o.DeniedUsers = append([]string{}, t.UserDenylist...)
+		}
+		return o
+	}
+	rawExec, exec := execdrv.NewRawExec(opts(execdrv.NameRawExec)), execdrv.NewExec(opts(execdrv.NameExec))
+	f := map[string]runner.DriverFactory{
 		execdrv.NameRawExec: {
-			New: func(context.Context) (driver.Driver, error) {
-				return execdrv.NewRawExec(execdrv.Options{Logger: log}), nil
-			},
-			Validate: execdrv.NewRawExec(execdrv.Options{Logger: log}).ValidateConfig,
+			New:          func(context.Context) (driver.Driver, error) { return rawExec, nil },
+			Validate:     rawExec.ValidateConfig,
+			ValidateUser: rawExec.ValidateUser,
 		},
 		execdrv.NameExec: {
-			New: func(context.Context) (driver.Driver, error) {
-				return execdrv.NewExec(execdrv.Options{Logger: log}), nil
-			},
-			Validate: execdrv.NewExec(execdrv.Options{Logger: log}).ValidateConfig,
+			New:          func(context.Context) (driver.Driver, error) { return exec, nil },
+			Validate:     exec.ValidateConfig,
+			ValidateUser: exec.ValidateUser,
 		},
 		podman.Name: {
 			New: func(ctx context.Context) (driver.Driver, error) {
-				return podman.New(ctx, podman.Options{Socket: podmanSocket, DataDir: dataDir, Logger: log})
+				return podman.New(ctx, podman.Options{Socket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: log})
 			},
 			Validate: func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
 		},
-	})
+	}
+	if !t.RawExecEnabled {
+		delete(f, execdrv.NameRawExec)
+	}
+	return runner.NewDrivers(f)
 }
 
 // lent is a driver of the node's set lent to gc, which closes the drivers
@@ -42,3 +69,7 @@ func newDrivers(podmanSocket, dataDir string, log *slog.Logger) *runner.Drivers 
 type lent struct{ driver.Driver }
 
 func (lent) Close(context.Context) error { return nil }
+
+// Unwrap is the lent driver, for what it is beyond driver.Driver
+// (driver.Sweeper: gc's task sweep).
+func (l lent) Unwrap() driver.Driver { return l.Driver }

@@ -97,7 +97,7 @@ func New(cfg Config, o Options) (*Node, error) {
 		CNI: cni.NewClient(cni.Options{
 			PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: o.Logger,
 		}),
-		Drivers:        newDrivers(cfg.PodmanSocket, cfg.DataDir, o.Logger),
+		Drivers:        newDrivers(&cfg, o.Logger),
 		Attrs:          jobspec.LocalNode(),
 		Capacity:       capa,
 		OwnerPID:       os.Getpid(),
@@ -198,6 +198,7 @@ func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 		Node:           n.Attrs,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
 		Drivers:        n.Drivers.Validators(),
+		Users:          n.Drivers.UserValidators(),
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
 			return err
@@ -208,8 +209,20 @@ func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 // Runner runs allocations with the node's store, attachment manager and
 // drivers; it needs Open.
 func (n *Node) Runner() *runner.Runner {
+	return runner.New(n.runnerOptions())
+}
+
+// AgentRunner is Runner for an agent: its allocations may be re-adopted
+// by the next agent on the data dir (runner.Options.Agent).
+func (n *Node) AgentRunner() *runner.Runner {
+	o := n.runnerOptions()
+	o.Agent = true
+	return runner.New(o)
+}
+
+func (n *Node) runnerOptions() runner.Options {
 	capa := n.Capacity
-	return runner.New(runner.Options{
+	return runner.Options{
 		Attach:         n.Attach,
 		Store:          n.Store,
 		Drivers:        n.Drivers,
@@ -225,7 +238,7 @@ func (n *Node) Runner() *runner.Runner {
 		Capacity:       &capa,
 		StartWorkers:   n.Config.Client.StartWorkers,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
-	})
+	}
 }
 
 // GCOptions are gc's options over this node (after Open or

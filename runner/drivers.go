@@ -17,6 +17,10 @@ import (
 type DriverFactory struct {
 	New      func(ctx context.Context) (driver.Driver, error)
 	Validate func(config map[string]any) error
+	// ValidateUser checks a task's user on this node (it exists, it is not
+	// denied); nil when the driver cannot tell before it starts (podman:
+	// the image's users).
+	ValidateUser func(user string) error
 }
 
 // Drivers is the set of drivers a runner can use, created lazily.
@@ -47,6 +51,18 @@ func (d *Drivers) Validators() map[string]func(map[string]any) error {
 	out := make(map[string]func(map[string]any) error, len(d.factories))
 	for n, f := range d.factories {
 		out[n] = f.Validate
+	}
+	return out
+}
+
+// UserValidators maps each driver that can check a task's user before
+// starting it to its check, for jobspec.
+func (d *Drivers) UserValidators() map[string]func(string) error {
+	out := map[string]func(string) error{}
+	for n, f := range d.factories {
+		if f.ValidateUser != nil {
+			out[n] = f.ValidateUser
+		}
 	}
 	return out
 }

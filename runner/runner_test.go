@@ -56,10 +56,12 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 		CNI:     cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, Rules: hostclean.Rules{}}),
 		ConfDir: n.ConfDir, Store: st, LockDir: t.TempDir(),
 	})
+	// Tasks marked with this data dir's store, as a berth on it marks them.
+	eo := execdrv.Options{StoreID: st.ID()}
 	drivers := runner.NewDrivers(map[string]runner.DriverFactory{
 		"raw_exec": {
-			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewRawExec(execdrv.Options{}), nil },
-			Validate: execdrv.NewRawExec(execdrv.Options{}).ValidateConfig,
+			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewRawExec(eo), nil },
+			Validate: execdrv.NewRawExec(eo).ValidateConfig,
 		},
 		"exec": {
 			New:      func(context.Context) (driver.Driver, error) { return execdrv.NewExec(execdrv.Options{}), nil },

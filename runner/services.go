@@ -203,6 +203,32 @@ func (a *allocRun) servicesGone(ctx context.Context) {
 	a.deregister(ctx, regs, "allocation ended")
 }
 
+// servicesDetached stops the checks and the templates' watchers of an
+// allocation left running for the next agent, and keeps its
+// registrations: that agent registers them again as it re-adopts the
+// tasks (gc deletes them if it never does, their owner being gone).
+func (a *allocRun) servicesDetached() {
+	x := &a.ext
+	x.mu.Lock()
+	x.closed = true
+	regs := append([]*registration(nil), x.groupRegs...)
+	for _, r := range x.taskRegs {
+		regs = append(regs, r...)
+	}
+	stops := x.stopTmpl
+	x.stopTmpl = nil
+	x.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	x.watchersWG.Wait()
+	for _, r := range regs {
+		for _, h := range r.checks {
+			h.Stop()
+		}
+	}
+}
+
 // register registers the service blocks specs of task t (nil: the
 // group's) and starts their checks. A block that cannot be registered
 // (an address that does not resolve) is an event, not a failure.

@@ -2,6 +2,7 @@
 # Builds berth from this checkout and installs it, as scripts/setup.sh does:
 #
 #   $PREFIX/bin/berth                                  the binary, version and commit stamped in
+#   $PREFIX/bin/berth-supervisor                       the per-task supervisor of raw_exec and exec
 #   /usr/share/bash-completion/completions/berth       bash completion (bash-completion loads it)
 #   /usr/share/zsh/vendor-completions/_berth           zsh completion (Debian's zsh fpath)
 #   /etc/systemd/system/berth.service                  the unit (installed, not enabled)
@@ -68,6 +69,9 @@ put() {
 pkg=github.com/berth/berth/cli
 (cd "$root" && go build -ldflags "-X $pkg.Version=$version -X $pkg.Commit=$commit" -o "$tmp/berth" ./cmd/berth)
 put "$tmp/berth" "$DESTDIR$PREFIX/bin/berth" 0755
+# The raw_exec/exec drivers' per-task supervisor: berth finds it beside itself.
+(cd "$root" && go build -trimpath -o "$tmp/berth-supervisor" ./cmd/berth-supervisor)
+put "$tmp/berth-supervisor" "$DESTDIR$PREFIX/bin/berth-supervisor" 0755
 
 "$tmp/berth" completion bash >"$tmp/berth.bash"
 "$tmp/berth" completion zsh >"$tmp/_berth"

@@ -80,7 +80,8 @@ func TestInstallUninstall(t *testing.T) {
 	zshComp := filepath.Join(dest, "usr/share/zsh/vendor-completions/_berth")
 	unit := filepath.Join(dest, "etc/systemd/system/berth.service")
 	conf := filepath.Join(dest, "etc/berth/berth.hcl")
-	installed := []string{bin, bashComp, zshComp, unit, conf}
+	supervisor := filepath.Join(dest, "usr/local/bin/berth-supervisor")
+	installed := []string{bin, supervisor, bashComp, zshComp, unit, conf}
 
 	t.Run("version", func(t *testing.T) {
 		out, err := exec.Command(bin, "version", "--json").Output()

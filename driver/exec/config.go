@@ -73,18 +73,19 @@ type TaskConfig struct {
 
 var knownKeys = []string{"args", "cap_add", "cap_drop", "command", "cwd", "denied_envvars", "ipc_mode", "oom_score_adj", "pid_mode", "work_dir"}
 
-// capabilities are Linux's, by the names Nomad takes (cap_ prefix and
-// case do not matter).
-var capabilities = map[string]bool{}
+// capabilities are Linux's by number, under the names Nomad takes (cap_
+// prefix and case do not matter); "all" is -1.
+var capabilities = map[string]int{}
 
 func init() {
-	for _, c := range strings.Fields(`chown dac_override dac_read_search fowner fsetid kill setgid setuid setpcap
+	for i, c := range strings.Fields(`chown dac_override dac_read_search fowner fsetid kill setgid setuid setpcap
 		linux_immutable net_bind_service net_broadcast net_admin net_raw ipc_lock ipc_owner sys_module
 		sys_rawio sys_chroot sys_ptrace sys_pacct sys_admin sys_boot sys_nice sys_resource sys_time
 		sys_tty_config mknod lease audit_write audit_control setfcap mac_override mac_admin syslog
-		wake_alarm block_suspend audit_read perfmon bpf checkpoint_restore all`) {
-		capabilities[c] = true
+		wake_alarm block_suspend audit_read perfmon bpf checkpoint_restore`) {
+		capabilities[c] = i
 	}
+	capabilities["all"] = -1
 }
 
 // parseConfig decodes cfg, reporting every problem found, not just the
@@ -197,7 +198,7 @@ func caps(l []string, key string, bad func(field, format string, a ...any)) []st
 	out := make([]string, 0, len(l))
 	for i, c := range l {
 		n := strings.TrimPrefix(strings.ToLower(c), "cap_")
-		if !capabilities[n] {
+		if _, ok := capabilities[n]; !ok {
 			bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a Linux capability", c)
 			continue
 		}
@@ -226,14 +227,20 @@ func buildEnv(env map[string]string) []string {
 }
 
 // lookPath resolves command the way the task would see it: against the
-// task's PATH, not berth's.
-func lookPath(command, pathEnv, workDir string) (string, error) {
+// task's PATH, not berth's, relative to its working directory. inRoot,
+// when set, maps a path of the task's root to the host (exec); the path
+// returned is the task's.
+func lookPath(command, pathEnv, workDir string, inRoot func(string) string) (string, error) {
+	host := func(p string) string { return p }
+	if inRoot != nil {
+		host = inRoot
+	}
 	if strings.Contains(command, "/") {
 		p := command
 		if !filepath.IsAbs(p) && workDir != "" {
 			p = filepath.Join(workDir, p)
 		}
-		if err := checkExecutable(p); err != nil {
+		if err := checkExecutable(host(p)); err != nil {
 			return "", fmt.Errorf("config.command %q: %w", command, err)
 		}
 		return p, nil
@@ -244,11 +251,15 @@ func lookPath(command, pathEnv, workDir string) (string, error) {
 			continue
 		}
 		p := filepath.Join(dir, command)
-		if checkExecutable(p) == nil {
+		if checkExecutable(host(p)) == nil {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("config.command %q not found in task PATH %q: %w", command, pathEnv, os.ErrNotExist)
+	where := "task PATH"
+	if inRoot != nil {
+		where = "the task's root (chroot_env), task PATH"
+	}
+	return "", fmt.Errorf("config.command %q not found in %s %q: %w", command, where, pathEnv, os.ErrNotExist)
 }
 
 func checkExecutable(p string) error {

@@ -1,8 +1,19 @@
-// Package exec implements berth's raw_exec and exec drivers: a task is a
-// plain process started inside its group's network namespace, in a
-// process group of its own so that it can be stopped with everything it
-// forked. The exec driver also puts it in a cgroup of its own where the
-// host allows, which catches descendants that leave the process group.
+// Package exec implements berth's raw_exec and exec drivers. Every task
+// runs under a supervisor of its own (cmd/berth-supervisor, package
+// supervisor): a small process that is the task's parent, owns its log
+// files, waits for it, kills whatever it left in its cgroup and session
+// when it ends, and writes its exit status to a file in the allocation
+// directory. berth watches the supervisor through a pidfd on Go's poller,
+// so a running task costs berth a parked goroutine and two fds, no thread,
+// and a task outlives the berth that started it: a new berth re-attaches
+// it from its recorded handle (Recover), or reads how it ended.
+//
+// raw_exec runs the task as it is, in its group's network namespace, in a
+// cgroup of its own (for tracking and killing, nothing enforced). exec
+// isolates as Nomad's exec driver: a root built from chroot_env, private
+// PID, IPC and mount namespaces, user nobody unless the task says
+// otherwise, Nomad's default capabilities, and a cgroup enforcing the
+// task's cpu and memory.
 package exec
 
 import (
@@ -11,19 +22,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/berth/berth/driver"
-	"github.com/berth/berth/internal/cleanup"
-	"github.com/berth/berth/internal/proc"
-	"github.com/berth/berth/netns"
+	"github.com/berth/berth/internal/cgroup"
 	"github.com/berth/berth/store"
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -33,48 +40,129 @@ const (
 
 	defaultCgroupRoot   = "/sys/fs/cgroup"
 	defaultCgroupParent = "berth"
+
+	// DefaultExecUser is who an exec task runs as when it names no user.
+	DefaultExecUser = "nobody"
 )
+
+// DefaultDataDir is the data dir whose store ID tasks carry when
+// Options.StoreID is empty.
+const DefaultDataDir = "/var/lib/berth"
+
+// DefaultChrootEnv is Nomad's chroot_env: host path -> path in the task's
+// root. Missing sources are skipped.
+func DefaultChrootEnv() map[string]string {
+	return map[string]string{
+		"/bin":            "/bin",
+		"/etc":            "/etc",
+		"/lib":            "/lib",
+		"/lib32":          "/lib32",
+		"/lib64":          "/lib64",
+		"/run/resolvconf": "/run/resolvconf",
+		"/sbin":           "/sbin",
+		"/usr":            "/usr",
+	}
+}
+
+// DefaultAllowCaps is Nomad's exec allow_caps, also the capabilities an
+// exec task gets when it asks for none: Docker's default set without
+// net_raw.
+var DefaultAllowCaps = []string{"audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
+	"net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"}
+
+// DefaultDeniedUsers is Nomad's user.denylist; with it every user whose
+// UID is root's is denied too ("root-like").
+var DefaultDeniedUsers = []string{"root"}
 
 // Options configures both drivers.
 type Options struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// CgroupRoot is where cgroup hierarchies are mounted (exec only);
-	// default /sys/fs/cgroup.
+	// CgroupRoot is where cgroup hierarchies are mounted; default
+	// /sys/fs/cgroup.
 	CgroupRoot string
 	// CgroupParent is the directory, in every hierarchy, holding the
-	// task cgroups (exec only); default "berth".
+	// task cgroups; default "berth".
 	CgroupParent string
+	// StoreID marks every task's supervisor and cgroup, so that a berth
+	// re-attaches and sweeps only the tasks of its own data dir; default
+	// store.IDFor(DefaultDataDir).
+	StoreID string
+	// SupervisorPath is the berth-supervisor binary; empty looks for
+	// $BERTH_SUPERVISOR, then beside the running executable, then $PATH.
+	SupervisorPath string
+	// DeniedUsers are users tasks may not run as, by name; a user with
+	// the UID of a denied one is denied too. nil means the driver's
+	// default: DefaultDeniedUsers for exec, none for raw_exec (as Nomad's
+	// user.checked_drivers); an empty list denies nobody.
+	DeniedUsers []string
+	// MaxParallelStarts bounds the starts and destroys in flight, which
+	// block threads in system calls (fork, cgroupfs): 2,000 tasks started
+	// at once must not become 2,000 OS threads. Default 8.
+	MaxParallelStarts int
+
+	// The exec driver's isolation.
+	//
+	// ChrootEnv maps host paths to paths in the task's root (read-only
+	// bind mounts); nil means DefaultChrootEnv.
+	ChrootEnv map[string]string
+	// AllowCaps bounds what cap_add may ask; nil means DefaultAllowCaps.
+	AllowCaps []string
+	// AllowHostPIDMode and AllowHostIPCMode let a task ask for
+	// pid_mode/ipc_mode "host".
+	AllowHostPIDMode bool
+	AllowHostIPCMode bool
 }
 
 // Driver is the raw_exec or the exec driver.
 type Driver struct {
 	name         string
-	useCgroups   bool
+	isolate      bool
 	log          *slog.Logger
 	cgroupRoot   string
 	cgroupParent string
-	// noCgroupOnce keeps "running without cgroups" to one log line per driver.
+	storeID      string
+	supervisor   string
+	deniedUsers  []string
+	chrootEnv    map[string]string
+	allowCaps    map[int]bool
+	allowHostPID bool
+	allowHostIPC bool
+	slots        chan struct{}
+
+	findOnce sync.Once
+	findErr  error
+	// warnOnce keeps "running without cgroups" and "cannot enforce
+	// limits" to one log line per driver.
 	noCgroupOnce sync.Once
+	noLimitOnce  sync.Once
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Sweeper = (*Driver)(nil)
+)
 
-// NewRawExec returns the raw_exec driver: process group and network
-// namespace, no cgroup.
+// NewRawExec returns the raw_exec driver.
 func NewRawExec(opts Options) *Driver { return newDriver(NameRawExec, false, opts) }
 
-// NewExec returns the exec driver: as raw_exec, plus a cgroup per task
-// where the host lets berth create one.
+// NewExec returns the exec driver.
 func NewExec(opts Options) *Driver { return newDriver(NameExec, true, opts) }
 
-func newDriver(name string, cgroups bool, opts Options) *Driver {
+func newDriver(name string, isolate bool, opts Options) *Driver {
 	d := &Driver{
 		name:         name,
-		useCgroups:   cgroups,
+		isolate:      isolate,
 		log:          opts.Logger,
 		cgroupRoot:   opts.CgroupRoot,
 		cgroupParent: opts.CgroupParent,
+		storeID:      opts.StoreID,
+		supervisor:   opts.SupervisorPath,
+		deniedUsers:  opts.DeniedUsers,
+		chrootEnv:    opts.ChrootEnv,
+		allowCaps:    map[int]bool{},
+		allowHostPID: opts.AllowHostPIDMode,
+		allowHostIPC: opts.AllowHostIPCMode,
 	}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -86,6 +174,38 @@ func newDriver(name string, cgroups bool, opts Options) *Driver {
 	if d.cgroupParent == "" {
 		d.cgroupParent = defaultCgroupParent
 	}
+	if d.storeID == "" {
+		d.storeID = store.IDFor(DefaultDataDir)
+	}
+	if d.deniedUsers == nil && isolate {
+		d.deniedUsers = DefaultDeniedUsers
+	}
+	if d.chrootEnv == nil {
+		d.chrootEnv = DefaultChrootEnv()
+	}
+	allow := opts.AllowCaps
+	if allow == nil {
+		allow = DefaultAllowCaps
+	}
+	for _, c := range allow {
+		n := strings.TrimPrefix(strings.ToLower(c), "cap_")
+		if n == "all" {
+			for _, num := range capabilities {
+				if num >= 0 {
+					d.allowCaps[num] = true
+				}
+			}
+			continue
+		}
+		if num, ok := capabilities[n]; ok {
+			d.allowCaps[num] = true
+		}
+	}
+	n := opts.MaxParallelStarts
+	if n <= 0 {
+		n = 8
+	}
+	d.slots = make(chan struct{}, n)
 	return d
 }
 
@@ -94,100 +214,126 @@ func (d *Driver) Name() string { return d.name }
 
 // ValidateConfig checks a task's config block. Every problem is reported
 // (errors.Join of *ConfigError), each naming its field; all match
-// ErrInvalidConfig. A deprecated key adds a *driver.ConfigWarning, which
-// is not a failure (driver.OnlyWarnings).
+// ErrInvalidConfig. What works but should change, and what this node's
+// settings would refuse at start (pid_mode "host" where not allowed, a
+// capability outside allow_caps), is a *driver.ConfigWarning, which is not
+// a failure (driver.OnlyWarnings): the job file is valid, this node just
+// cannot run it as it is.
 func (d *Driver) ValidateConfig(cfg map[string]any) error {
-	_, warns, err := parseConfig(d.name, cfg)
+	tc, warns, err := parseConfig(d.name, cfg)
+	if err == nil {
+		for _, perr := range d.policy(&tc) {
+			warns = append(warns, &driver.ConfigWarning{Driver: d.name, Field: perr.Field, Msg: perr.Msg + " (the task will not start on this node)"})
+		}
+	}
 	return errors.Join(append(warns, err)...)
 }
 
 // Close is a no-op: the drivers hold nothing beyond their tasks.
 func (d *Driver) Close(context.Context) error { return nil }
 
-var unsafeCgroupChars = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
-
-func cgroupName(allocID, task string) string {
-	return unsafeCgroupChars.ReplaceAllString(allocID+"-"+task, "_")
+// acquire takes one of the MaxParallelStarts slots.
+func (d *Driver) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case d.slots <- struct{}{}:
+		return func() { <-d.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
-// undoTimeout bounds the undo of a failed Start: killing what it started
-// and removing its cgroup, even when the caller's context has ended.
+var (
+	unsafeNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+	allocIDRE       = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+// cgroupName is "<store>.<alloc>.<task>": the store and the allocation
+// can be read back from it by a sweep (alloc IDs are checked to have no
+// '.'), the task name is made safe.
+func (d *Driver) cgroupName(allocID, task string) string {
+	t := unsafeNameChars.ReplaceAllString(task, "_")
+	if len(t) > 150 {
+		t = t[:150]
+	}
+	return d.storeID + "." + allocID + "." + t
+}
+
+// statusName is the exit status file of a task, beside its logs.
+func statusName(task string) string { return task + ".status" }
+
+// undoTimeout bounds the undo of a failed Start, even when the caller's
+// context has ended.
 const undoTimeout = time.Minute
 
-// Start starts the task and returns once the process runs (or failed to
-// exec). On error nothing is left: no process, no cgroup, no open fd.
-// Every error reads "<driver>: start task <alloc>/<task>: <what failed>".
+// Start starts the task's supervisor, which starts the task, and returns
+// once the task runs (or failed to exec). On error nothing is left: no
+// process, no cgroup, no open fd. Every error reads "<driver>: start task
+// <alloc>/<task>: <what failed>".
 func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
 	if t == nil || t.TaskName == "" {
 		return nil, fmt.Errorf("%s: start task: the task has no name", d.name)
 	}
 	id := t.AllocID + "/" + t.TaskName
-	h, err := d.start(ctx, id, t)
+	h, err := d.start(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start task %s: %w", d.name, id, err)
 	}
-	d.log.Debug("task started", "task", id, "pid", h.pid, "netns", t.NetnsPath, "cgroup", h.cgroupPath())
+	d.log.Debug("task started", "task", id, "pid", h.pid, "supervisor", h.supPID, "netns", t.NetnsPath, "cgroup", h.cgroupPath())
 	return h, nil
 }
 
-// start runs Start's steps. Each thing acquired (log files, cgroup,
-// process) has its undo deferred right after it, so a later failure, or
-// the caller's cancellation, leaves nothing.
-func (d *Driver) start(ctx context.Context, id string, t *driver.Task) (_ *handle, err error) {
-	l, err := prepare(t)
+func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err error) {
+	if !allocIDRE.MatchString(t.AllocID) {
+		return nil, fmt.Errorf("allocation ID %q: only letters, digits, '-' and '_' are allowed", t.AllocID)
+	}
+	if strings.ContainsAny(t.TaskName, "/\x00") || t.TaskName == "." || t.TaskName == ".." {
+		return nil, fmt.Errorf("task name %q cannot name a file", t.TaskName)
+	}
+	// Everything from here blocks threads in system calls (stat, user
+	// lookups, cgroupfs, fork): at most MaxParallelStarts at once.
+	release, err := d.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-
-	stdout, stderr, err := openLogs(t.LogDir, t.TaskName)
+	defer release()
+	l, err := d.prepare(t)
 	if err != nil {
 		return nil, err
 	}
-	// The child gets its own copies of the log fds; ours must not outlive
-	// Start, success or not.
-	defer closeFiles(stdout, stderr)
 
-	var cg *cgroupSet
-	if d.useCgroups {
-		cg = d.makeCgroup(ctx, id, cgroupName(t.AllocID, t.TaskName))
+	if err := l.makeDirs(); err != nil {
+		return nil, err
 	}
+	statusDir := l.statusDir
+	_ = os.Remove(filepath.Join(statusDir, statusName(t.TaskName)))
+
+	cg := d.makeCgroup(ctx, t.AllocID+"/"+t.TaskName, d.cgroupName(t.AllocID, t.TaskName))
 	if cg != nil {
 		defer func() {
 			if err != nil {
-				err = undo(ctx, err, cg.remove)
+				err = undo(ctx, err, cg.Remove)
 			}
 		}()
-		if err := cg.setMemory(t.Resources); errors.Is(err, errNoMemoryController) {
-			d.log.Warn("task memory not limited", "task", id, "err", err)
-		} else if err != nil {
-			return nil, err
+		if d.isolate {
+			if lerr := cg.SetLimits(l.limits); lerr != nil {
+				if errors.Is(lerr, cgroup.ErrNoController) {
+					d.noLimitOnce.Do(func() {
+						d.log.Warn("cannot enforce task resources on this host", "err", lerr)
+					})
+				} else {
+					return nil, fmt.Errorf("resources: %w", lerr)
+				}
+			}
 		}
 	}
-
-	cmd, inUnified, err := d.spawn(t.NetnsPath, cg, l.command(stdout, stderr))
-	if err != nil {
-		return nil, fmt.Errorf("command %s: %w", l.bin, err)
-	}
-	h, err := d.track(id, cmd, cg, inUnified)
-	h.killSignal = t.KillSignal
-	defer func() {
-		if err != nil {
-			err = undo(ctx, err, h.Destroy)
-		}
-	}()
-	if err != nil {
-		return nil, err
-	}
-	return h, nil
+	spec := l.spec(d, t, cg)
+	return d.launch(ctx, t, spec, cg)
 }
 
 // undo runs fn for a failed Start, bounded by undoTimeout even when ctx has
 // ended, and adds its error to err.
 func undo(ctx context.Context, err error, fn func(context.Context) error) error {
-	cctx, cancel := cleanup.Context(ctx, undoTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
 	if uerr := fn(cctx); uerr != nil {
 		return errors.Join(err, uerr)
@@ -195,166 +341,11 @@ func undo(ctx context.Context, err error, fn func(context.Context) error) error 
 	return err
 }
 
-// launch is a task's config resolved against its environment.
-type launch struct {
-	bin  string
-	args []string
-	env  []string
-	dir  string
-}
+func (d *Driver) hierarchies() cgroup.Hierarchies { return cgroup.Detect(d.cgroupRoot) }
 
-// prepare decodes the task's config and resolves the binary as the task
-// will see it: with its PATH, relative to its work_dir.
-func prepare(t *driver.Task) (*launch, error) {
-	tc, _, err := parseConfig("", t.Config)
-	if err != nil {
-		return nil, err
-	}
-	pathEnv := defaultPath
-	if p, ok := t.Env["PATH"]; ok {
-		pathEnv = p
-	}
-	if tc.WorkDir != "" {
-		// Checked here because a failed chdir in the child is reported by
-		// os/exec as an error on the binary's path.
-		if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
-			if err == nil {
-				err = errors.New("not a directory")
-			}
-			return nil, fmt.Errorf("config.work_dir %q: %w", tc.WorkDir, err)
-		}
-	}
-	dir := tc.WorkDir
-	if dir == "" && t.AllocDir != "" {
-		// Nomad's default working directory: the task dir, where a
-		// relative command ("local/tool") is found.
-		dir = driver.TaskDir(t.AllocDir, t.TaskName)
-	}
-	bin, err := lookPath(tc.Command, pathEnv, dir)
-	if err != nil {
-		return nil, err
-	}
-	return &launch{bin: bin, args: append([]string{tc.Command}, tc.Args...), env: buildEnv(t.Env), dir: dir}, nil
-}
-
-// command returns a maker of the task's command writing to the given log
-// files (/dev/null when nil), started directly in the cgroup2 cgroup open
-// as cgroupFD when that is not -1.
-func (l *launch) command(stdout, stderr *os.File) func(cgroupFD int) *osexec.Cmd {
-	return func(cgroupFD int) *osexec.Cmd {
-		c := &osexec.Cmd{
-			Path: l.bin,
-			Args: l.args,
-			Env:  l.env,
-			Dir:  l.dir,
-			// Setpgid: the task and whatever it forks can be signalled as
-			// one group, without touching berth.
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-		}
-		if stdout != nil {
-			c.Stdout, c.Stderr = stdout, stderr
-		}
-		if cgroupFD >= 0 {
-			c.SysProcAttr.UseCgroupFD = true
-			c.SysProcAttr.CgroupFD = cgroupFD
-		}
-		return c
-	}
-}
-
-// spawn starts the command in netnsPath, directly in the cgroup2 cgroup of
-// cg when the kernel allows (so nothing it forks can escape it). inUnified
-// reports whether that happened.
-func (d *Driver) spawn(netnsPath string, cg *cgroupSet, newCmd func(cgroupFD int) *osexec.Cmd) (cmd *osexec.Cmd, inUnified bool, err error) {
-	fd, err := cg.openUnified()
-	if err != nil {
-		d.log.Warn("cannot open task cgroup, starting outside it", "err", err)
-	}
-	if fd >= 0 {
-		cmd = newCmd(fd)
-		err = startInNetns(netnsPath, cmd)
-		unix.Close(fd)
-		switch {
-		case err == nil:
-			return cmd, true, nil
-		case errors.Is(err, netns.ErrRestore):
-			// Already abandoned; a second start must not follow.
-			return nil, false, err
-		case !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) &&
-			!errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EPERM):
-			return nil, false, err
-		}
-		// clone3 or CLONE_INTO_CGROUP refused: start normally, join after.
-		d.log.Debug("CLONE_INTO_CGROUP refused, joining the cgroup after start", "cgroup", cg.unified, "err", err)
-	}
-	cmd = newCmd(-1)
-	if err := startInNetns(netnsPath, cmd); err != nil {
-		return nil, false, err
-	}
-	return cmd, false, nil
-}
-
-// startInNetns starts cmd inside the network namespace pinned at netnsPath
-// (the host's when empty). fork inherits the namespace of the calling
-// thread, so starting from a thread moved into the namespace is enough: no
-// helper binary, no re-exec.
-func startInNetns(netnsPath string, cmd *osexec.Cmd) error {
-	if netnsPath == "" {
-		return cmd.Start()
-	}
-	err := netns.WithPath(netnsPath, cmd.Start)
-	if errors.Is(err, netns.ErrRestore) {
-		// The child did start in the right namespace, but from a thread
-		// berth can no longer vouch for: such a start counts as failed.
-		return abandon(cmd, err)
-	}
-	return err
-}
-
-// abandon kills and reaps a child whose start is treated as failed.
-func abandon(cmd *osexec.Cmd, err error) error {
-	if cmd.Process == nil {
-		return err
-	}
-	pid := cmd.Process.Pid
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = cmd.Wait()
-	return fmt.Errorf("killed pid %d: %w", pid, err)
-}
-
-// track makes the handle of a started command and starts reaping it. The
-// handle is returned even with an error: its Destroy undoes the start.
-func (d *Driver) track(id string, cmd *osexec.Cmd, cg *cgroupSet, inUnified bool) (*handle, error) {
-	h := &handle{
-		drv:       d,
-		id:        id,
-		cmd:       cmd,
-		pid:       cmd.Process.Pid,
-		startedAt: time.Now(),
-		cg:        cg,
-		done:      make(chan struct{}),
-	}
-	// The child is unreaped, so its PID cannot be reused: reading its
-	// start time now, before reaping starts, is race free.
-	var err error
-	h.startTime, err = proc.StartTime(h.pid)
-	if err != nil {
-		err = fmt.Errorf("pid %d: %w", h.pid, err)
-	} else if cg != nil {
-		// v1 hierarchies cannot be joined at clone time; the window lets
-		// a very fast fork escape them, but not the cgroup2 one.
-		if jErr := cg.join(h.pid, inUnified); jErr != nil {
-			d.log.Warn("task not in all of its cgroups", "task", id, "pid", h.pid, "err", jErr)
-		}
-	}
-	go h.reap()
-	return h, err
-}
-
-func (d *Driver) makeCgroup(ctx context.Context, id, name string) *cgroupSet {
-	h := detectHierarchies(d.cgroupRoot)
+func (d *Driver) makeCgroup(ctx context.Context, id, name string) *cgroup.Set {
 	rel := filepath.Join(d.cgroupParent, name)
-	cg, err := createCgroups(ctx, h, rel)
+	cg, err := cgroup.Create(ctx, d.hierarchies(), rel)
 	if cg == nil {
 		d.noCgroupOnce.Do(func() {
 			d.log.Warn("cannot create task cgroups, running tasks without them", "root", d.cgroupRoot, "task", id, "err", err)
@@ -367,48 +358,12 @@ func (d *Driver) makeCgroup(ctx context.Context, id, name string) *cgroupSet {
 	return cg
 }
 
-func openLogs(dir, task string) (stdout, stderr *os.File, err error) {
-	if dir == "" {
-		// No log directory: output goes to /dev/null (os/exec's default).
-		return nil, nil, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("create log dir %s: %w", dir, err)
-	}
-	open := func(name string) (*os.File, error) {
-		p := filepath.Join(dir, name)
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("open log %s: %w", p, err)
-		}
-		return f, nil
-	}
-	if stdout, err = open(task + ".stdout"); err != nil {
-		return nil, nil, err
-	}
-	if stderr, err = open(task + ".stderr"); err != nil {
-		stdout.Close()
-		return nil, nil, err
-	}
-	return stdout, stderr, nil
-}
-
-func closeFiles(fs ...*os.File) {
-	for _, f := range fs {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
 // Cleanup kills what is left of a task from its recorded handle, after the
 // berth that started it died:
-//   - the recorded process, only if it is alive with the recorded start time;
-//   - its process group: if the leader is ours, every member; if the leader
-//     is gone, members started no earlier than it (they can only be its
-//     descendants: the group ID stays reserved while a member exists); if
-//     the PID now names another process, nothing;
-//   - its cgroup (exec): everything in it, then the directories.
+//   - its cgroup: everything in it, then the directories;
+//   - without a cgroup, the recorded task process, only if it is alive
+//     with the recorded start time, and its process group (see killGroup);
+//   - its supervisor, only if it is alive with the recorded start time.
 //
 // Nothing left is nil. Cleanup waits until what it killed is gone or ctx ends.
 func (d *Driver) Cleanup(ctx context.Context, h store.TaskHandle) error {
@@ -416,67 +371,31 @@ func (d *Driver) Cleanup(ctx context.Context, h store.TaskHandle) error {
 		return fmt.Errorf("%s: cleanup of a %q task handle", d.name, h.Driver)
 	}
 	var errs []error
-	if h.PID > 0 {
+	if h.CgroupPath != "" {
+		cg, err := cgroup.FromPath(d.hierarchies(), d.cgroupParent, h.CgroupPath)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
+		} else if err := cg.Remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
+		}
+	}
+	if h.PID > 0 && (h.CgroupPath == "" || len(errs) > 0) {
 		if err := d.killGroup(ctx, h.PID, h.PIDStartTime); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if h.CgroupPath != "" {
-		cg, err := cgroupSetFromPath(detectHierarchies(d.cgroupRoot), d.cgroupParent, h.CgroupPath)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
-		} else if err := cg.remove(ctx); err != nil {
+	if h.SupervisorPID > 0 {
+		if err := stopSupervisor(ctx, h.SupervisorPID, h.SupervisorStartTime); err != nil {
 			errs = append(errs, fmt.Errorf("%s: cleanup: %w", d.name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// killGroup SIGKILLs the recorded leader (if still the same process) and
-// the members of its process group, and waits until none is alive.
-func (d *Driver) killGroup(ctx context.Context, pid int, start uint64) error {
-	const poll = 5 * time.Millisecond
-	for {
-		st, err := proc.ReadStat(pid)
-		leaderOurs := err == nil && st.StartTime == start
-		if err == nil && !leaderOurs {
-			// The PID names another process now; so does its group ID.
-			d.log.Debug("recorded pid belongs to another process, not killing", "pid", pid, "start", start, "found_start", st.StartTime)
-			return nil
-		}
-		if leaderOurs && !st.Zombie() {
-			if err := proc.KillIfSame(pid, start, syscall.SIGKILL); err != nil &&
-				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
-				return fmt.Errorf("%s: cleanup pid %d: %w", d.name, pid, err)
-			}
-		}
-		if !leaderOurs || st.Zombie() {
-			// ESRCH proves that no process has this group ID, ours or not:
-			// nothing is left, and the /proc scan below can be skipped.
-			if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
-				return nil
-			}
-		}
-		members, err := proc.GroupMembers(ctx, pid)
-		if err != nil {
-			return fmt.Errorf("%s: cleanup process group %d: %w", d.name, pid, err)
-		}
-		left := 0
-		for _, m := range members {
-			if m.StartTime < start {
-				continue // cannot descend from our task
-			}
-			left++
-			if err := proc.KillIfSame(m.PID, m.StartTime, syscall.SIGKILL); err != nil &&
-				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
-				return fmt.Errorf("%s: cleanup pid %d of process group %d: %w", d.name, m.PID, pid, err)
-			}
-		}
-		if left == 0 && (!leaderOurs || st.Zombie()) {
-			return nil
-		}
-		if err := sleepCtx(ctx, poll); err != nil {
-			return fmt.Errorf("%s: cleanup process group %d: %d processes left: %w", d.name, pid, left, err)
-		}
+// errWrongDriver is returned for a handle of another driver.
+func (d *Driver) checkHandle(h store.TaskHandle) error {
+	if h.Driver != "" && h.Driver != d.name {
+		return fmt.Errorf("%s: a %q task handle: %w", d.name, h.Driver, driver.ErrNotRecoverable)
 	}
+	return nil
 }

@@ -66,17 +66,26 @@ func newNetns(tb testing.TB) string {
 	return "/run/netns/" + name
 }
 
+// newTask is a task with an allocation dir of its own, laid out as the
+// runner lays it out (logs at its top).
 func newTask(tb testing.TB, netns string, cfg map[string]any) *driver.Task {
 	tb.Helper()
+	dir := tb.TempDir()
+	// TempDir is 0700: the exec task's user must be able to use its dirs.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
 	return &driver.Task{
 		AllocID:   testPrefix + "-" + randSuffix(tb),
 		JobName:   "job",
 		GroupName: "group",
 		TaskName:  "web",
 		Config:    cfg,
-		Env:       map[string]string{"BERTH_TEST": "1"},
+		// As the runner sets it for raw_exec (exec's is /alloc).
+		Env:       map[string]string{"BERTH_TEST": "1", "NOMAD_ALLOC_DIR": driver.SharedDir(dir)},
 		NetnsPath: netns,
-		LogDir:    tb.TempDir(),
+		LogDir:    dir,
+		AllocDir:  dir,
 	}
 }
 
@@ -117,8 +126,11 @@ func readLog(tb testing.TB, t *driver.Task, stream string) string {
 	return string(b)
 }
 
+// testStore keeps this package's tasks apart from any berth's on the host.
+var testStore = "btexec" + hex.EncodeToString([]byte{byte(os.Getpid()), byte(os.Getpid() >> 8)})
+
 func drivers() []*Driver {
-	return []*Driver{NewRawExec(Options{}), NewExec(Options{})}
+	return []*Driver{NewRawExec(Options{StoreID: testStore}), NewExec(Options{StoreID: testStore})}
 }
 
 func waitFor(tb testing.TB, what string, cond func() bool) {
@@ -169,7 +181,7 @@ func TestValidateConfig(t *testing.T) {
 		{name: "all at once", cfg: map[string]any{"zzz": 1, "args": 2},
 			wantErr: []string{"unknown keys: zzz", "config.command is required", "config.args must be"}},
 	}
-	d := NewRawExec(Options{})
+	d := NewRawExec(Options{StoreID: testStore})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := d.ValidateConfig(tc.cfg)
@@ -251,7 +263,7 @@ func TestLookPath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := lookPath(tc.cmd, tc.path, tc.workDir)
+			got, err := lookPath(tc.cmd, tc.path, tc.workDir, nil)
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("lookPath = %q, want error", got)
@@ -268,45 +280,9 @@ func TestLookPath(t *testing.T) {
 	}
 }
 
-func TestCgroupSetFromPath(t *testing.T) {
-	h := hierarchies{unified: "/cg/unified", v1: []string{"/cg/memory", "/cg/pids"}}
-	pure := hierarchies{unified: "/cg", pureV2: true}
-	tests := []struct {
-		name     string
-		h        hierarchies
-		path     string
-		wantRel  string
-		wantFail bool
-	}{
-		{name: "unified", h: h, path: "/cg/unified/berth/a-web", wantRel: "berth/a-web"},
-		{name: "v1", h: h, path: "/cg/memory/berth/a-web", wantRel: "berth/a-web"},
-		{name: "pure v2", h: pure, path: "/cg/berth/a-web", wantRel: "berth/a-web"},
-		{name: "pure v2 unclean", h: pure, path: "/cg//berth/./a-web/", wantRel: "berth/a-web"},
-		{name: "hierarchy root", h: h, path: "/cg/memory", wantFail: true},
-		{name: "parent itself", h: h, path: "/cg/memory/berth", wantFail: true},
-		{name: "not under parent", h: h, path: "/cg/memory/process_api/x", wantFail: true},
-		{name: "nested too deep", h: h, path: "/cg/memory/berth/a/b", wantFail: true},
-		{name: "escape", h: h, path: "/cg/memory/berth/../../etc", wantFail: true},
-		{name: "elsewhere", h: h, path: "/tmp/berth/x", wantFail: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			set, err := cgroupSetFromPath(tc.h, "berth", tc.path)
-			if tc.wantFail {
-				if err == nil {
-					t.Fatalf("accepted %q as %q", tc.path, set.rel)
-				}
-				return
-			}
-			if err != nil || set.rel != tc.wantRel {
-				t.Fatalf("got %v, %v; want rel %q", set, err, tc.wantRel)
-			}
-		})
-	}
-}
-
 func TestCgroupName(t *testing.T) {
-	if got := cgroupName("a1/../b", "web server"); got != "a1_.._b-web_server" {
+	d := NewExec(Options{StoreID: "s1"})
+	if got := d.cgroupName("a1", "web server.x/y"); got != "s1.a1.web_server_x_y" {
 		t.Fatalf("cgroupName = %q", got)
 	}
 }
@@ -418,7 +394,7 @@ func TestStartErrors(t *testing.T) {
 		{name: "bad config", mut: func(t *driver.Task) { t.Config = map[string]any{"args": []any{"x"}} },
 			want: "config.command is required", isErr: ErrInvalidConfig},
 		{name: "missing command", mut: func(t *driver.Task) { t.Config = map[string]any{"command": "btexec-nope"} },
-			want: "not found in task PATH", isErr: os.ErrNotExist},
+			want: "not found in", isErr: os.ErrNotExist},
 		{name: "missing netns", mut: func(t *driver.Task) { t.NetnsPath = "/run/netns/btexec-missing-" + t.AllocID },
 			want: "open network namespace", isErr: os.ErrNotExist},
 		{name: "netns path not a netns", mut: func(t *driver.Task) { t.NetnsPath = "/proc/self/ns/mnt" },
@@ -442,11 +418,15 @@ func TestStartErrors(t *testing.T) {
 					t.Fatalf("Start: %v; want %q and errors.Is %v", err, tc.want, tc.isErr)
 				}
 				if after := countFDs(t); after != before {
-					t.Fatalf("open fds went from %d to %d", before, after)
+					ents, _ := os.ReadDir("/proc/self/fd")
+					var links []string
+					for _, e := range ents {
+						l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+						links = append(links, e.Name()+"="+l)
+					}
+					t.Fatalf("open fds went from %d to %d: %v", before, after, links)
 				}
-				if d.useCgroups {
-					assertNoCgroup(t, d, task)
-				}
+				assertNoCgroup(t, d, task)
 			})
 		}
 	}
@@ -462,8 +442,8 @@ func countFDs(tb testing.TB) int {
 
 func assertNoCgroup(tb testing.TB, d *Driver, task *driver.Task) {
 	tb.Helper()
-	rel := filepath.Join(d.cgroupParent, cgroupName(task.AllocID, task.TaskName))
-	for _, root := range detectHierarchies(d.cgroupRoot).all() {
+	rel := filepath.Join(d.cgroupParent, d.cgroupName(task.AllocID, task.TaskName))
+	for _, root := range d.hierarchies().All() {
 		if _, err := os.Stat(filepath.Join(root, rel)); err == nil {
 			tb.Errorf("cgroup %s left behind", filepath.Join(root, rel))
 		}
@@ -488,6 +468,12 @@ func TestExit(t *testing.T) {
 	for _, d := range drivers() {
 		for _, tc := range tests {
 			t.Run(d.Name()+"/"+tc.name, func(t *testing.T) {
+				if d.isolate && tc.wantSignal != 0 {
+					// The exec task is its PID namespace's init, which
+					// signals from inside the namespace cannot kill
+					// (Nomad's exec behaves the same).
+					t.Skip("a PID namespace's init ignores its own signals")
+				}
 				task := newTask(t, newNetns(t), sh(tc.script))
 				h := start(t, d, task)
 				res := wait(t, h)
@@ -525,7 +511,7 @@ func TestExit(t *testing.T) {
 
 func TestLogsAppend(t *testing.T) {
 	requireRoot(t)
-	d := NewRawExec(Options{})
+	d := NewRawExec(Options{StoreID: testStore})
 	task := newTask(t, "", sh("echo run"))
 	for i := 0; i < 2; i++ {
 		h := start(t, d, task)
@@ -561,8 +547,14 @@ func TestEnv(t *testing.T) {
 				}
 				got := strings.Split(strings.TrimSuffix(readLog(t, task, "stdout"), "\n"), "\n")
 				slices.Sort(got)
-				if !slices.Equal(got, tc.want) {
-					t.Fatalf("task env %q, want exactly %q", got, tc.want)
+				want := tc.want
+				if d.isolate {
+					// exec tells the task where its dirs are in its root.
+					want = append([]string{"NOMAD_ALLOC_DIR=/alloc", "NOMAD_SECRETS_DIR=/secrets", "NOMAD_TASK_DIR=/local"}, want...)
+					slices.Sort(want)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("task env %q, want exactly %q", got, want)
 				}
 			})
 		}
@@ -615,8 +607,14 @@ func TestStop(t *testing.T) {
 					t.Fatalf("Stop: %v", err)
 				}
 				res := wait(t, h)
-				if res.Signal != tc.wantSignal {
-					t.Fatalf("result %+v, want signal %d", res, tc.wantSignal)
+				want := tc.wantSignal
+				if d.isolate && want == 15 {
+					// The shell is its PID namespace's init and ignores
+					// TERM; its sleeps die of it and it exits with 143.
+					want = 0
+				}
+				if res.Signal != want || res.ExitCode != 128+tc.wantSignal {
+					t.Fatalf("result %+v, want signal %d, exit code %d", res, want, 128+tc.wantSignal)
 				}
 				waitFor(t, "children gone after Stop", func() bool { return len(anyAlive(members)) == 0 })
 				if err := h.Destroy(ctxT(t)); err != nil {
@@ -650,27 +648,61 @@ func TestDestroyKillsChildren(t *testing.T) {
 	}
 }
 
-// A child that leaves the process group (setsid) escapes raw_exec's Stop
-// but not exec's cgroup.
-func TestExecCgroup(t *testing.T) {
+// A child that leaves the process group (setsid) is still in the task's
+// cgroup, of raw_exec's as of exec's: Destroy kills it.
+func TestTaskCgroup(t *testing.T) {
 	requireRoot(t)
-	d := NewExec(Options{})
-	pidFile := filepath.Join(t.TempDir(), "escaped.pid")
-	task := newTask(t, newNetns(t), sh("setsid sleep 1000 & echo $! > "+pidFile+"; sleep 1000"))
-	h := start(t, d, task)
-	st := h.State()
-	if st.Driver != "exec" || st.PID <= 0 || st.PIDStartTime == 0 {
-		t.Fatalf("State = %+v", st)
+	for _, d := range drivers() {
+		t.Run(d.Name(), func(t *testing.T) {
+			task := newTask(t, newNetns(t), sh("setsid sleep 1000 & echo $! > $NOMAD_ALLOC_DIR/escaped.pid; sleep 1000"))
+			pidFile := filepath.Join(driver.SharedDir(task.AllocDir), "escaped.pid")
+			h := start(t, d, task)
+			st := h.State()
+			if st.Driver != d.Name() || st.PID <= 0 || st.PIDStartTime == 0 || st.SupervisorPID <= 0 {
+				t.Fatalf("State = %+v", st)
+			}
+			if st.CgroupPath == "" {
+				t.Skip("host has no writable cgroup: the task ran without one (cgroup assertions skipped)")
+			}
+			cg := h.(*handle).cg
+			dirs := cg.Dirs()
+			t.Logf("cgroups: %v", dirs)
+			if st.CgroupPath != dirs[0] {
+				t.Fatalf("recorded cgroup %q, want the primary %q", st.CgroupPath, dirs[0])
+			}
+			escaped := escapedChild(t, pidFile)
+			for _, dir := range dirs {
+				b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pids := strings.Fields(string(b))
+				for _, pid := range []int{st.PID, escaped.PID} {
+					if !slices.Contains(pids, strconv.Itoa(pid)) {
+						t.Errorf("%s/cgroup.procs = %v, lacks pid %d", dir, pids, pid)
+					}
+				}
+			}
+			if err := h.Destroy(ctxT(t)); err != nil {
+				t.Fatalf("Destroy: %v", err)
+			}
+			if proc.Alive(escaped.PID, escaped.StartTime) {
+				_ = proc.KillIfSame(escaped.PID, escaped.StartTime, syscall.SIGKILL)
+				t.Fatalf("child %d that left the process group survived Destroy", escaped.PID)
+			}
+			for _, dir := range dirs {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup %s still there after Destroy: %v", dir, err)
+				}
+			}
+		})
 	}
-	if st.CgroupPath == "" {
-		t.Skip("host has no writable cgroup: exec ran the task without one (cgroup assertions skipped)")
-	}
-	cg := h.(*handle).cg
-	dirs := cg.dirs()
-	t.Logf("cgroups: %v", dirs)
-	if st.CgroupPath != dirs[0] {
-		t.Fatalf("recorded cgroup %q, want the primary %q", st.CgroupPath, dirs[0])
-	}
+}
+
+// escapedChild waits for the PID a task wrote of a child in a session of
+// its own, and returns it.
+func escapedChild(t *testing.T, pidFile string) proc.Stat {
+	t.Helper()
 	var escaped proc.Stat
 	waitFor(t, "escaped pid", func() bool {
 		b, err := os.ReadFile(pidFile)
@@ -678,37 +710,60 @@ func TestExecCgroup(t *testing.T) {
 			return false
 		}
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if pid <= 0 {
+			return false
+		}
+		// In exec's PID namespace the task wrote its own view of the PID:
+		// find the host's through the task's cgroup.procs.
+		if hostPID := hostPIDOf(pid, pidFile); hostPID > 0 {
+			pid = hostPID
+		}
 		escaped, err = proc.ReadStat(pid)
 		return err == nil && escaped.Comm == "sleep" && escaped.PGRP == escaped.PID
 	})
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	t.Cleanup(func() { _ = proc.KillIfSame(escaped.PID, escaped.StartTime, syscall.SIGKILL) })
+	return escaped
+}
+
+// hostPIDOf maps a PID of some task's PID namespace to the host's by
+// NSpid in /proc/*/status; 0 if none has it (the PID is the host's).
+func hostPIDOf(nsPID int, _ string) int {
+	des, _ := os.ReadDir("/proc")
+	for _, de := range des {
+		b, err := os.ReadFile("/proc/" + de.Name() + "/status")
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		pids := strings.Fields(string(b))
-		if !slices.Contains(pids, strconv.Itoa(st.PID)) {
-			t.Errorf("%s/cgroup.procs = %v, lacks task pid %d", dir, pids, st.PID)
-		}
-	}
-	// The cgroup2 one is joined at clone time, so the escaped child is there.
-	if cg.unified != "" {
-		b, _ := os.ReadFile(filepath.Join(cg.unified, "cgroup.procs"))
-		if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(escaped.PID)) {
-			t.Errorf("escaped child %d not in %s: %q", escaped.PID, cg.unified, b)
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 1 && f[len(f)-1] == strconv.Itoa(nsPID) {
+					host, _ := strconv.Atoi(f[0])
+					return host
+				}
+			}
 		}
 	}
-	if err := h.Destroy(ctxT(t)); err != nil {
-		t.Fatalf("Destroy: %v", err)
-	}
-	if proc.Alive(escaped.PID, escaped.StartTime) {
-		_ = proc.KillIfSame(escaped.PID, escaped.StartTime, syscall.SIGKILL)
-		t.Fatalf("child %d that left the process group survived Destroy", escaped.PID)
-	}
-	for _, dir := range dirs {
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("cgroup %s still there after Destroy: %v", dir, err)
-		}
+	return 0
+}
+
+// When the task's main process ends, its supervisor kills what it left
+// (row 5 of issue 10): a child in a session of its own does not outlive
+// the task, even before Destroy.
+func TestLeftoversDieWithTask(t *testing.T) {
+	requireRoot(t)
+	for _, d := range drivers() {
+		t.Run(d.Name(), func(t *testing.T) {
+			task := newTask(t, "", sh("setsid sleep 1000 & echo $! > $NOMAD_ALLOC_DIR/escaped.pid; sleep 0.3; exit 3"))
+			h := start(t, d, task)
+			escaped := escapedChild(t, filepath.Join(driver.SharedDir(task.AllocDir), "escaped.pid"))
+			if res := wait(t, h); res.ExitCode != 3 {
+				t.Fatalf("result %+v, want exit 3", res)
+			}
+			if proc.Alive(escaped.PID, escaped.StartTime) {
+				t.Fatalf("child %d in its own session outlived the task", escaped.PID)
+			}
+		})
 	}
 }
 
@@ -722,7 +777,7 @@ func TestCleanupOrphan(t *testing.T) {
 			members := groupOf(t, rec.PID, 3)
 
 			// A new berth process: fresh driver, only the record.
-			fresh := newDriver(d.Name(), d.useCgroups, Options{})
+			fresh := newDriver(d.Name(), d.isolate, Options{StoreID: testStore})
 			if err := fresh.Cleanup(ctxT(t), rec); err != nil {
 				t.Fatalf("Cleanup: %v", err)
 			}
@@ -773,7 +828,7 @@ func TestCleanupReparented(t *testing.T) {
 	}
 	// The record names the shell (the group leader), long gone and reaped.
 	rec := store.TaskHandle{Driver: "raw_exec", PID: orphan.PGRP, PIDStartTime: orphan.StartTime}
-	if err := NewRawExec(Options{}).Cleanup(ctxT(t), rec); err != nil {
+	if err := NewRawExec(Options{StoreID: testStore}).Cleanup(ctxT(t), rec); err != nil {
 		t.Fatalf("Cleanup: %v", err)
 	}
 	if proc.Alive(orphan.PID, orphan.StartTime) {
@@ -783,7 +838,7 @@ func TestCleanupReparented(t *testing.T) {
 
 func TestCleanupWrongStartTime(t *testing.T) {
 	requireRoot(t)
-	d := NewRawExec(Options{})
+	d := NewRawExec(Options{StoreID: testStore})
 	task := newTask(t, "", sh("sleep 1000 & sleep 1000"))
 	h := start(t, d, task)
 	rec := h.State()
@@ -798,8 +853,12 @@ func TestCleanupWrongStartTime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// A record of the same PIDs with another start time, and no
+			// cgroup to go by: the PIDs may have been reused.
 			wrong := rec
 			wrong.PIDStartTime = tc.start
+			wrong.SupervisorStartTime = rec.SupervisorStartTime + tc.start - rec.PIDStartTime
+			wrong.CgroupPath = ""
 			if err := d.Cleanup(ctxT(t), wrong); err != nil {
 				t.Fatalf("Cleanup: %v", err)
 			}
@@ -807,6 +866,9 @@ func TestCleanupWrongStartTime(t *testing.T) {
 				if !proc.Alive(m.PID, m.StartTime) {
 					t.Fatalf("pid %d killed by a Cleanup with the wrong start time", m.PID)
 				}
+			}
+			if !proc.Alive(rec.SupervisorPID, rec.SupervisorStartTime) {
+				t.Fatalf("supervisor %d killed by a Cleanup with the wrong start time", rec.SupervisorPID)
 			}
 		})
 	}
@@ -823,15 +885,15 @@ func TestCleanupWrongStartTime(t *testing.T) {
 
 func TestCleanupRefusesForeignCgroup(t *testing.T) {
 	requireRoot(t)
-	d := NewExec(Options{})
-	h := detectHierarchies(d.cgroupRoot)
-	if len(h.all()) == 0 {
+	d := NewExec(Options{StoreID: testStore})
+	h := d.hierarchies()
+	if len(h.All()) == 0 {
 		t.Skip("no cgroup hierarchy mounted")
 	}
 	// A cgroup that is not berth's: must be neither emptied nor removed.
-	dir := filepath.Join(h.all()[0], testPrefix+"-"+randSuffix(t))
+	dir := filepath.Join(h.All()[0], testPrefix+"-"+randSuffix(t))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("cgroup hierarchy %s not writable: %v", h.all()[0], err)
+		t.Skipf("cgroup hierarchy %s not writable: %v", h.All()[0], err)
 	}
 	t.Cleanup(func() { _ = syscall.Rmdir(dir) })
 	err := d.Cleanup(ctxT(t), store.TaskHandle{Driver: "exec", CgroupPath: dir})
@@ -845,7 +907,7 @@ func TestCleanupRefusesForeignCgroup(t *testing.T) {
 
 func TestWaitContext(t *testing.T) {
 	requireRoot(t)
-	d := NewRawExec(Options{})
+	d := NewRawExec(Options{StoreID: testStore})
 	h := start(t, d, newTask(t, "", sh(`trap "" TERM; sleep 1000`)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()

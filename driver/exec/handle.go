@@ -4,36 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	osexec "os/exec"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/pidfd"
 	"github.com/berth/berth/store"
-	"golang.org/x/sys/unix"
 )
 
-// handle is one started task.
+// handle is one task, started by this process or re-attached by Recover.
 type handle struct {
-	drv       *Driver
-	id        string // alloc/task, for messages
-	cmd       *osexec.Cmd
+	drv           *Driver
+	id            string // alloc/task, for messages
+	allocID, task string
+
+	// The supervisor is watched through its pidfd: its exit is the task's
+	// end, and then the status file says how the task ended. ourChild: this
+	// process started it and must reap it.
+	sup      *pidfd.Process
+	supPID   int
+	supStart uint64
+	ourChild bool
+
+	// The task's main process, watched only to signal it safely (nil once
+	// it is gone, or when it was gone at Recover).
+	taskProc  *pidfd.Process
 	pid       int
 	startTime uint64
 	startedAt time.Time
-	cg        *cgroupSet
+	cg        *cgroup.Set
+
+	statusPath string
 	// killSignal is what Stop sends first; 0 means SIGTERM.
 	killSignal syscall.Signal
 
-	done   chan struct{} // closed once the leader is reaped and result set
+	done   chan struct{} // closed once the supervisor exited and result is set
 	result driver.ExitResult
-
-	// reapMu orders group signals before the leader's reaping: while the
-	// leader is unreaped its PID, hence the process group ID, cannot name
-	// anything else, so kill(-pid) is safe exactly until reaped is set.
-	reapMu sync.Mutex
-	reaped bool
 
 	destroyMu sync.Mutex
 	destroyed bool
@@ -45,61 +53,69 @@ func (h *handle) cgroupPath() string {
 	if h.cg == nil {
 		return ""
 	}
-	return h.cg.primary()
+	return h.cg.Primary()
 }
 
-// State is the record Cleanup needs if this berth dies.
+// State is what Recover and Cleanup need if this berth dies.
 func (h *handle) State() store.TaskHandle {
 	return store.TaskHandle{
-		Driver:       h.drv.name,
-		PID:          h.pid,
-		PIDStartTime: h.startTime,
-		CgroupPath:   h.cgroupPath(),
+		Driver:              h.drv.name,
+		PID:                 h.pid,
+		PIDStartTime:        h.startTime,
+		CgroupPath:          h.cgroupPath(),
+		AllocID:             h.allocID,
+		Task:                h.task,
+		SupervisorPID:       h.supPID,
+		SupervisorStartTime: h.supStart,
+		StatusPath:          h.statusPath,
+		KillSignal:          int(h.killSignal),
 	}
 }
 
-// reap waits for the leader to exit, kills what it leaves behind in its
-// process group and cgroup (the task is over when its main process is,
-// as in Nomad's executor), then reaps it.
-func (h *handle) reap() {
-	var info unix.Siginfo
-	for {
-		// WNOWAIT: see the exit but keep the zombie, which keeps the group
-		// ID reserved while the leftovers are killed.
-		err := unix.Waitid(unix.P_PID, h.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
+// watch parks (on the poller, no thread) until the supervisor exits, then
+// reads the task's exit status.
+func (h *handle) watch() {
+	if err := h.sup.Wait(context.Background()); err != nil {
+		// The pidfd was closed under the watch: the handle was dropped.
+		h.result = driver.ExitResult{ExitCode: -1, Err: fmt.Errorf("%s: task %s: %w", h.drv.name, h.id, err)}
+		close(h.done)
+		return
 	}
-	h.reapMu.Lock()
-	_ = syscall.Kill(-h.pid, syscall.SIGKILL)
-	if h.cg != nil {
-		_ = h.cg.killAll(context.Background())
+	var ws syscall.WaitStatus
+	var reapErr error
+	if h.ourChild {
+		ws, reapErr = h.sup.Reap()
+	} else {
+		// Adopted after a restart: init reaps it, unless it is this
+		// process's child after all (Recover in the berth that started it).
+		_, _ = h.sup.Reap()
 	}
-	waitErr := h.cmd.Wait()
-	h.reaped = true
-	h.reapMu.Unlock()
-
-	res := driver.ExitResult{StartedAt: h.startedAt, FinishedAt: time.Now()}
-	var exitErr *osexec.ExitError
-	switch {
-	case waitErr == nil:
-	case errors.As(waitErr, &exitErr):
-		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.Signal = int(ws.Signal())
-			// The shell's convention, as Nomad reports it.
-			res.ExitCode = 128 + res.Signal
-		} else {
-			res.ExitCode = exitErr.ExitCode()
-		}
-	default:
-		res.Err = fmt.Errorf("%s: wait for task %s pid %d: %w", h.drv.name, h.id, h.pid, waitErr)
-	}
-	if h.cg != nil && res.Signal == int(syscall.SIGKILL) {
-		res.OOMKilled = h.cg.oomKilled()
-	}
-	h.result = res
+	h.result = h.fromStatus(ws, reapErr)
 	close(h.done)
+}
+
+// fromStatus is the task's result as its supervisor recorded it.
+func (h *handle) fromStatus(ws syscall.WaitStatus, reapErr error) driver.ExitResult {
+	st, err := readStatus(h.statusPath)
+	if err == nil && (st.SupervisorPID != h.supPID || st.SupervisorStart != h.supStart) {
+		err = fmt.Errorf("%s was written by supervisor pid %d (start %d), not %d (start %d)", h.statusPath, st.SupervisorPID, st.SupervisorStart, h.supPID, h.supStart)
+	}
+	if err != nil {
+		how := "exited"
+		if h.ourChild && reapErr == nil {
+			how = describeWait(ws)
+		}
+		return driver.ExitResult{ExitCode: -1, StartedAt: h.startedAt, FinishedAt: time.Now(),
+			Err: fmt.Errorf("%s: task %s: supervisor pid %d %s without recording the task's exit: %w", h.drv.name, h.id, h.supPID, how, err)}
+	}
+	if st.Error != "" {
+		h.drv.log.Warn("task supervisor reported a problem", "task", h.id, "err", st.Error)
+	}
+	res := driver.ExitResult{ExitCode: st.ExitCode, Signal: st.Signal, OOMKilled: st.OOMKilled, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+	if res.StartedAt.IsZero() {
+		res.StartedAt = h.startedAt
+	}
+	return res
 }
 
 // Wait returns how the task ended; every call returns the same result.
@@ -122,22 +138,26 @@ func (h *handle) exited() bool {
 	}
 }
 
-// signal sends sig to the task's process group (only while its leader is
-// unreaped) and to everything in its cgroup.
+// signal sends sig to everything in the task's cgroup (each process
+// pinned by a pidfd before it is signalled), and to its main process and,
+// without a cgroup, its process group, while the main process lives.
 func (h *handle) signal(sig syscall.Signal) error {
 	var errs []error
-	h.reapMu.Lock()
-	if !h.reaped {
-		if err := syscall.Kill(-h.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("signal process group %d: %w", h.pid, err))
-		}
-	}
-	h.reapMu.Unlock()
 	if h.cg != nil {
 		if sig == syscall.SIGKILL {
-			errs = append(errs, h.cg.killAll(context.Background()))
+			errs = append(errs, h.cg.KillAll(context.Background()))
 		} else {
-			errs = append(errs, h.cg.signal(sig))
+			errs = append(errs, h.cg.Signal(sig))
+		}
+	}
+	if p := h.taskProc; p != nil && !p.Exited() {
+		errs = append(errs, p.Signal(sig))
+		if h.cg == nil {
+			// The leader is alive (a zombie at worst): the group ID is
+			// still the task's.
+			if err := syscall.Kill(-h.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("signal process group %d: %w", h.pid, err))
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -146,10 +166,11 @@ func (h *handle) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// Stop sends the kill signal (SIGTERM unless the task says otherwise) to
-// the task's process group and cgroup, and SIGKILL after timeout if the
-// main process has not exited. It returns once the main process is reaped
-// (its leftovers are SIGKILLed then), or when ctx ends.
+// Stop sends SIGTERM to the task (its cgroup, its main process) and
+// SIGKILL after timeout if the main process has not exited. It returns
+// once the supervisor recorded the exit (the leftovers are killed then),
+// or when ctx ends. A task alone in a PID namespace (exec) is its
+// namespace's init: it dies of SIGTERM only if it handles it, as in Nomad.
 func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 	if h.exited() {
 		return nil
@@ -170,7 +191,7 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("%s: stop task %s: %w", h.drv.name, h.id, ctx.Err())
 	case <-t.C:
 	}
-	h.drv.log.Debug("task ignored its kill signal, killing", "task", h.id, "signal", sig, "timeout", timeout)
+	h.drv.log.Debug("task ignored its kill signal, killing", "task", h.id, "timeout", timeout)
 	if err := h.signal(syscall.SIGKILL); err != nil {
 		h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
 	}
@@ -182,44 +203,40 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// Destroy kills the task with everything in its process group and cgroup,
-// reaps it, waits until no member is left alive and removes the cgroup.
-// It returns an error (and can be called again) if ctx ends first.
+// Destroy kills the task with everything in its cgroup (or process
+// group), waits for its supervisor to exit, and removes the cgroup. It
+// returns an error (and can be called again) if ctx ends first.
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Lock()
 	defer h.destroyMu.Unlock()
 	if h.destroyed {
 		return nil
 	}
-	if err := h.signal(syscall.SIGKILL); err != nil {
-		h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
+	release, err := h.drv.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: destroy task %s: %w", h.drv.name, h.id, err)
+	}
+	defer release()
+	if !h.exited() {
+		if err := h.signal(syscall.SIGKILL); err != nil {
+			h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
+		}
 	}
 	select {
 	case <-h.done:
 	case <-ctx.Done():
-		return fmt.Errorf("%s: destroy task %s: pid %d not reaped: %w", h.drv.name, h.id, h.pid, ctx.Err())
-	}
-	// reap() SIGKILLed the group before reaping, but members can take a
-	// moment to die (or be in uninterruptible sleep).
-	if err := h.awaitGroupGone(ctx); err != nil {
-		return err
+		return fmt.Errorf("%s: destroy task %s: supervisor pid %d still running: %w", h.drv.name, h.id, h.supPID, ctx.Err())
 	}
 	if h.cg != nil {
-		if err := h.cg.remove(ctx); err != nil {
+		// The supervisor removed it already, unless it was killed.
+		if err := h.cg.Remove(ctx); err != nil {
 			return fmt.Errorf("%s: destroy task %s: %w", h.drv.name, h.id, err)
 		}
-	}
-	h.destroyed = true
-	return nil
-}
-
-// awaitGroupGone kills and waits for the members of the reaped leader's
-// process group. The group ID stays reserved while any member exists, so
-// a live process with PID == group ID means the number was reused and the
-// group is no longer ours.
-func (h *handle) awaitGroupGone(ctx context.Context) error {
-	if err := h.drv.killGroup(ctx, h.pid, h.startTime); err != nil {
+	} else if err := h.drv.killGroup(ctx, h.pid, h.startTime); err != nil {
 		return fmt.Errorf("destroy task %s: %w", h.id, err)
 	}
+	h.sup.Close()
+	h.taskProc.Close()
+	h.destroyed = true
 	return nil
 }

@@ -195,6 +195,9 @@ type inspectState struct {
 		FinishedAt time.Time `json:"FinishedAt"`
 		ConmonPid  int       `json:"ConmonPid"`
 	} `json:"State"`
+	Config struct {
+		Labels map[string]string `json:"Labels"`
+	} `json:"Config"`
 }
 
 func (c *client) inspect(ctx context.Context, id string) (*inspectState, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/pidfd"
 	"github.com/berth/berth/store"
 )
 
@@ -28,6 +29,7 @@ type specGenerator struct {
 	StopTimeout      uint              `json:"stop_timeout,omitempty"`
 	StopSignal       int               `json:"stop_signal,omitempty"`
 	Mounts           []mount           `json:"mounts,omitempty"`
+	User             string            `json:"user,omitempty"`
 }
 
 type namespace struct {
@@ -52,10 +54,12 @@ type handle struct {
 	d       *Driver
 	id      string
 	name    string
+	allocID string
+	task    string
 	rawLog  string
 	pidFile string
-	logs    *logCopier // nil when the task has no LogDir
-	conmon  *proc      // nil when conmon could not be watched
+	logs    *logCopier     // nil when the task has no LogDir
+	conmon  *pidfd.Process // nil when conmon could not be watched
 
 	mu     sync.Mutex
 	result *driver.ExitResult
@@ -63,7 +67,7 @@ type handle struct {
 
 // State implements driver.Handle.
 func (h *handle) State() store.TaskHandle {
-	return store.TaskHandle{Driver: Name, ContainerID: h.id, ContainerName: h.name}
+	return store.TaskHandle{Driver: Name, ContainerID: h.id, ContainerName: h.name, AllocID: h.allocID, Task: h.task}
 }
 
 // Wait implements driver.Handle. The exit is seen through conmon's pidfd
@@ -78,7 +82,7 @@ func (h *handle) Wait(ctx context.Context) (*driver.ExitResult, error) {
 	h.mu.Unlock()
 
 	if h.conmon != nil {
-		if err := h.conmon.wait(ctx); err != nil {
+		if err := h.conmon.Wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("podman: waiting for container %s: %w", h.name, ctx.Err())
 			}
@@ -110,7 +114,7 @@ func (h *handle) exitResult(ctx context.Context) (*driver.ExitResult, error) {
 		// conmon is not watched, or podman has not finished recording the
 		// exit: let podman wait, then look again.
 		interval := h.d.waitInterval
-		if h.conmon != nil && h.conmon.exited() {
+		if h.conmon != nil && h.conmon.Exited() {
 			interval = 10 * time.Millisecond
 		}
 		if _, err = h.d.c.wait(ctx, h.id, interval); err == nil {
@@ -159,7 +163,7 @@ func (h *handle) Destroy(ctx context.Context) error {
 			h.d.log.Warn("copying task output", "container", h.name, "err", err)
 		}
 	}
-	h.conmon.close()
-	removeFiles(h.rawLog, h.pidFile)
+	h.conmon.Close()
+	removeFiles(h.rawLog, h.pidFile, h.d.copyStatePath(h.name))
 	return nil
 }

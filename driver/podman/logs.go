@@ -3,12 +3,15 @@ package podman
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/berth/berth/internal/logfile"
 )
 
 // Task output goes through conmon's k8s-file log: conmon writes it
@@ -82,15 +85,47 @@ func (s *logSplitter) line(l []byte) error {
 	return nil
 }
 
+// logTarget is where a task's output goes: <Dir>/<Task>.stdout and
+// .stderr, rotated as the task's logs block says.
+type logTarget struct {
+	Dir      string `json:"dir"`
+	Task     string `json:"task"`
+	MaxFiles int    `json:"max_files,omitempty"`
+	MaxSize  int64  `json:"max_size,omitempty"`
+}
+
+// copyState is what a copier has done, kept beside the raw log so that a
+// berth that re-attaches the container goes on where the dead one
+// stopped: Offset is the end of the last record written out.
+type copyState struct {
+	logTarget
+	Offset int64 `json:"offset"`
+}
+
+func readCopyState(path string) (*copyState, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var st copyState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &st, nil
+}
+
 // logCopier follows a container's k8s-file log into <task>.stdout and
 // <task>.stderr while the task runs and drains it once the task exited.
 type logCopier struct {
-	src      string
-	stdout   *os.File
-	stderr   *os.File
-	split    logSplitter
-	offset   int64
-	interval time.Duration
+	src       string
+	statePath string
+	target    logTarget
+	stdout    *logfile.Rotator
+	stderr    *logfile.Rotator
+	split     logSplitter
+	offset    int64
+	saved     int64
+	interval  time.Duration
 
 	mu       sync.Mutex // serializes drain
 	stopOnce sync.Once
@@ -99,26 +134,49 @@ type logCopier struct {
 	err      error
 }
 
-func newLogCopier(src, stdoutPath, stderrPath string, interval time.Duration) (*logCopier, error) {
-	const flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	stdout, err := os.OpenFile(stdoutPath, flags, 0o644)
+// newLogCopier copies src from offset on into the target's files (opened
+// with no symlink followed, rotated), recording its progress in
+// statePath.
+func newLogCopier(src, statePath string, tgt logTarget, offset int64, interval time.Duration) (*logCopier, error) {
+	stdout, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stdout", tgt.MaxFiles, tgt.MaxSize, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("opening task log %s: %w", stdoutPath, err)
+		return nil, fmt.Errorf("opening task log: %w", err)
 	}
-	stderr, err := os.OpenFile(stderrPath, flags, 0o644)
+	stderr, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stderr", tgt.MaxFiles, tgt.MaxSize, 0o640)
 	if err != nil {
 		stdout.Close()
-		return nil, fmt.Errorf("opening task log %s: %w", stderrPath, err)
+		return nil, fmt.Errorf("opening task log: %w", err)
 	}
 	c := &logCopier{
-		src:      src,
-		stdout:   stdout,
-		stderr:   stderr,
-		interval: interval,
-		done:     make(chan struct{}),
+		src:       src,
+		statePath: statePath,
+		target:    tgt,
+		stdout:    stdout,
+		stderr:    stderr,
+		offset:    offset,
+		saved:     -1,
+		interval:  interval,
+		done:      make(chan struct{}),
 	}
 	c.split = logSplitter{stdout: stdout, stderr: stderr}
+	c.save()
 	return c, nil
+}
+
+// save records the offset of the last whole record written out (a torn
+// record still pending is read again by a successor).
+func (c *logCopier) save() {
+	if c.statePath == "" {
+		return
+	}
+	committed := c.offset - int64(len(c.split.pending))
+	if committed == c.saved {
+		return
+	}
+	b, err := json.Marshal(copyState{logTarget: c.target, Offset: committed})
+	if err == nil && writeFileAtomic(c.statePath, b, 0o600) == nil {
+		c.saved = committed
+	}
 }
 
 // start follows the log in a goroutine until stop is called.
@@ -145,6 +203,7 @@ func (c *logCopier) start() {
 func (c *logCopier) drain() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.save()
 	f, err := os.Open(c.src)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // conmon has not written anything yet
@@ -174,6 +233,18 @@ func (c *logCopier) drain() error {
 	}
 }
 
+// detach ends following without draining or recording more: the files
+// are closed as a dying berth would leave them (tests of Recover).
+func (c *logCopier) detach() {
+	c.stopOnce.Do(func() {
+		if c.cancel != nil {
+			c.cancel()
+			<-c.done
+		}
+		c.err = errors.Join(c.stdout.Close(), c.stderr.Close())
+	})
+}
+
 // stop ends following, copies the rest and closes the task's log files.
 // Only call it once conmon has stopped writing (the container exited or was
 // removed), or the tail would be lost. Safe to call more than once.
@@ -189,6 +260,7 @@ func (c *logCopier) stop() error {
 			// is still output the task wrote.
 			err = c.split.line(c.split.pending)
 			c.split.pending = nil
+			c.save()
 		}
 		if errs := errors.Join(c.stdout.Close(), c.stderr.Close()); err == nil {
 			err = errs

@@ -66,7 +66,7 @@ func TestLogSplitter(t *testing.T) {
 func TestLogCopierFollows(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "raw.log")
-	c, err := newLogCopier(src, filepath.Join(dir, "t.stdout"), filepath.Join(dir, "t.stderr"), 10*time.Millisecond)
+	c, err := newLogCopier(src, "", logTarget{Dir: dir, Task: "t"}, 0, 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

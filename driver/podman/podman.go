@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/pidfd"
 	"github.com/berth/berth/store"
 )
 
@@ -30,6 +32,9 @@ const Name = "podman"
 const (
 	LabelAllocID = "berth.alloc_id"
 	LabelTask    = "berth.task"
+	// LabelStore is the store ID of the data dir whose berth made the
+	// container (store.IDFor): a sweep takes only its own data dir's.
+	LabelStore = "berth.store"
 )
 
 // DefaultDataDir is used when Options.DataDir is empty.
@@ -60,6 +65,7 @@ type Options struct {
 // Driver runs tasks as podman containers.
 type Driver struct {
 	log      *slog.Logger
+	storeID  string
 	stateDir string
 	socket   string
 	confPath string
@@ -102,6 +108,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	d := &Driver{
 		log:          log,
+		storeID:      store.IDFor(dataDir),
 		stateDir:     stateDir,
 		socket:       socket,
 		confPath:     filepath.Join(stateDir, "containers.conf"),
@@ -203,6 +210,11 @@ func (d *Driver) conmonPidPath(name string) string {
 	return filepath.Join(d.stateDir, "conmon", name+".pid")
 }
 
+// copyStatePath records how far the task's log was copied (logCopier).
+func (d *Driver) copyStatePath(name string) string {
+	return filepath.Join(d.stateDir, "logs", name+".copy")
+}
+
 // Start implements driver.Driver.
 func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
 	tc, err := ParseConfig(t.Config)
@@ -235,14 +247,16 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 		}
 		return nil, fmt.Errorf("podman: creating container %s: %w", name, err)
 	}
+	// Between the container's creation and the record of its handle: what
+	// a crash here leaves is found by its labels (gc's task sweep).
+	fault.Point(fault.AfterContainerCreate)
 	// Files from a run berth did not clean up would be copied again.
-	removeFiles(rawLog, pidFile)
+	removeFiles(rawLog, pidFile, d.copyStatePath(name))
 
-	h := &handle{d: d, id: id, name: name, rawLog: rawLog, pidFile: pidFile}
-	if t.LogDir != "" {
-		h.logs, err = newLogCopier(rawLog,
-			filepath.Join(t.LogDir, t.TaskName+".stdout"),
-			filepath.Join(t.LogDir, t.TaskName+".stderr"), d.logInterval)
+	h := &handle{d: d, id: id, name: name, allocID: t.AllocID, task: t.TaskName, rawLog: rawLog, pidFile: pidFile}
+	if t.LogDir != "" && !t.Logs.Disabled {
+		tgt := logTarget{Dir: t.LogDir, Task: t.TaskName, MaxFiles: t.Logs.MaxFiles, MaxSize: int64(t.Logs.MaxFileSizeMB) << 20}
+		h.logs, err = newLogCopier(rawLog, d.copyStatePath(name), tgt, 0, d.logInterval)
 		if err != nil {
 			d.abandon(h)
 			return nil, fmt.Errorf("podman: task %q of alloc %s: %w", t.TaskName, t.AllocID, err)
@@ -283,6 +297,7 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 	}
 	labels[LabelAllocID] = t.AllocID
 	labels[LabelTask] = t.TaskName
+	labels[LabelStore] = d.storeID
 
 	s := &specGenerator{
 		Name:          name,
@@ -295,6 +310,7 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 		Labels:        labels,
 		ConmonPidFile: pidFile,
 		Netns:         namespace{NSMode: "host"},
+		User:          t.User,
 		LogConfiguration: &logConfig{
 			Driver: "k8s-file",
 			Path:   rawLog,
@@ -309,7 +325,7 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 	if t.NetnsPath != "" {
 		s.Netns = namespace{NSMode: "path", Value: t.NetnsPath}
 	}
-	if t.LogDir == "" {
+	if t.LogDir == "" || t.Logs.Disabled {
 		s.LogConfiguration = &logConfig{Driver: "none"}
 	}
 	if t.KillTimeout > 0 {
@@ -333,7 +349,7 @@ func (d *Driver) replaceStale(ctx context.Context, name, allocID string) error {
 				if err := d.removeContainer(ctx, e.ID, name, nil); err != nil {
 					return err
 				}
-				removeFiles(d.rawLogPath(name), d.conmonPidPath(name))
+				removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
 				return nil
 			}
 		}
@@ -358,7 +374,7 @@ func (d *Driver) Cleanup(ctx context.Context, th store.TaskHandle) error {
 		return fmt.Errorf("podman: cleanup: %w", err)
 	}
 	if th.ContainerName != "" {
-		removeFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName))
+		removeFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName), d.copyStatePath(th.ContainerName))
 	}
 	return nil
 }
@@ -367,7 +383,7 @@ func (d *Driver) Cleanup(ctx context.Context, th store.TaskHandle) error {
 // no longer knows it and its conmon has exited. conmon is the watched
 // conmon if the caller has one; otherwise it is found by name. The caller
 // removes the container's files (raw log, conmon PID file) afterwards.
-func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *proc) error {
+func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *pidfd.Process) error {
 	if conmon == nil && name != "" {
 		// Found before the removal, while conmon may still be alive.
 		c, err := openConmon(d.conmonPidPath(name), ref)
@@ -378,7 +394,7 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 			d.log.Warn("cannot watch conmon", "container", ref, "err", err)
 		}
 		if c != nil {
-			defer c.close()
+			defer c.Close()
 			conmon = c
 		}
 	}
@@ -404,12 +420,12 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 	}
 	t1 := time.Now()
 	if conmon != nil {
-		killed, err := conmon.waitOrKill(ctx, 10*time.Second)
+		killed, err := conmon.WaitOrKill(ctx, 10*time.Second)
 		if err != nil {
-			return fmt.Errorf("waiting for conmon %d of container %s: %w", conmon.pid, ref, err)
+			return fmt.Errorf("waiting for conmon %d of container %s: %w", conmon.PID(), ref, err)
 		}
 		if killed {
-			d.log.Warn("killed conmon that outlived its container", "container", ref, "pid", conmon.pid)
+			d.log.Warn("killed conmon that outlived its container", "container", ref, "pid", conmon.PID())
 		}
 	}
 	d.log.Debug("removed container", "container", ref,

@@ -219,9 +219,9 @@ func assertGone(t testing.TB, d *Driver, h driver.Handle, netnsPath string) {
 func forget(h driver.Handle) {
 	hh := h.(*handle)
 	if hh.logs != nil {
-		_ = hh.logs.stop()
+		hh.logs.detach()
 	}
-	hh.conmon.close()
+	hh.conmon.Close()
 }
 
 func readFile(t testing.TB, path string) string {
@@ -366,7 +366,7 @@ func TestDestroyRunning(t *testing.T) {
 	if hh.conmon == nil {
 		t.Fatal("Start did not find the container's conmon")
 	}
-	conmonPid := hh.conmon.pid
+	conmonPid := hh.conmon.PID()
 
 	// The holder check must see a holder when there is one.
 	f, err := os.Open(task.NetnsPath)

@@ -271,11 +271,11 @@ func liveService(pidFile, socket string) int {
 	if err != nil || pid <= 0 {
 		return 0
 	}
-	p, err := openProc(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
+	p, err := openMatching(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
 	if err != nil || p == nil {
 		return 0
 	}
-	p.close()
+	p.Close()
 	return pid
 }
 
@@ -294,16 +294,16 @@ func reapStaleService(pidFile, socket string, log *slog.Logger) {
 	if err != nil || pid <= 0 {
 		return
 	}
-	p, err := openProc(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
+	p, err := openMatching(pid, func(cmdline []byte) bool { return isServiceOn(cmdline, socket) })
 	if err != nil || p == nil {
 		return
 	}
-	defer p.close()
+	defer p.Close()
 	log.Warn("stopping podman service left by a previous berth", "pid", pid, "socket", socket)
-	_ = p.signal(unix.SIGTERM)
+	_ = p.Signal(unix.SIGTERM)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*serviceStopGrace)
 	defer cancel()
-	if _, err := p.waitOrKill(ctx, serviceStopGrace); err != nil {
+	if _, err := p.WaitOrKill(ctx, serviceStopGrace); err != nil {
 		log.Error("stale podman service did not exit", "pid", pid, "err", err)
 	}
 }

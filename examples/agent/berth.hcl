@@ -46,6 +46,11 @@ retention = 50
 # before answering "still stopping" (the stop goes on).
 stop_timeout = "2m"
 
+# SIGTERM/SIGINT leave the workloads running for the next agent to re-adopt
+# (an upgrade: stop, replace the binary, start); true makes them drain first,
+# as `berth agent drain` does: every task stopped, every network torn down.
+drain_on_shutdown = false
+
 # The network of `network { mode = "bridge" }` (Nomad's bridge mode): bridge,
 # host-local IPAM on this subnet, firewall, portmap and loopback.
 bridge {
@@ -117,6 +122,46 @@ api {
     # ca_file       = "/etc/berth/tls/ca.pem"
     # verify_client = false
   }
+}
+
+# The raw_exec and exec task drivers (Nomad's plugin settings and client options).
+# Flags: --tasks-raw-exec-enabled, --tasks-user-denylist, ... (chroot_env: this file only).
+tasks {
+  # raw_exec runs tasks unisolated, as root unless they name a user (as in Nomad,
+  # where it is off by default); false refuses jobs that use it.
+  raw_exec_enabled = true
+
+  # Users tasks of the checked drivers may not run as (Nomad's user.denylist and
+  # user.checked_drivers); a user with a denied user's UID is denied too, so
+  # "root" denies every UID-0 account. A task naming an unknown or denied user
+  # is refused by validate, run and the API, at its `user` attribute.
+  user_denylist        = ["root"]
+  user_checked_drivers = ["exec"]
+
+  # exec: the task's root is its task dir with these host paths bound into it
+  # read-only (host path = path in the task's root), Nomad's chroot_env default;
+  # missing ones are skipped. The alloc, local, secrets and tmp dirs are in it too.
+  chroot_env = {
+    "/bin"            = "/bin"
+    "/etc"            = "/etc"
+    "/lib"            = "/lib"
+    "/lib32"          = "/lib32"
+    "/lib64"          = "/lib64"
+    "/run/resolvconf" = "/run/resolvconf"
+    "/sbin"           = "/sbin"
+    "/usr"            = "/usr"
+  }
+
+  # exec: what cap_add may ask for (Nomad's allow_caps default). A root task gets
+  # these less cap_drop; a task of another user (exec's default is nobody) gets
+  # only what cap_add names.
+  allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
+    "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"]
+
+  # exec tasks get PID and IPC namespaces of their own; these let a task ask for
+  # pid_mode / ipc_mode = "host".
+  allow_host_pid_mode = false
+  allow_host_ipc_mode = false
 }
 
 # Reclaim what Nomad leaves on this node (a Nomad client): the namespaces

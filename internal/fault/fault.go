@@ -24,6 +24,10 @@ const (
 	AfterDel         = "after-del"          // DEL done, namespace still there
 	DuringRemove     = "during-remove"      // namespace unmounted, mount point not unlinked
 	BeforeAllocSetup = "before-alloc-setup" // allocation recorded, network not set up
+	// A task started (its supervisor running, its container created), its
+	// handle not recorded yet.
+	AfterContainerCreate = "after-container-create" // podman: created, not started, not recorded
+	TaskStarted          = "task-started"           // the driver's Start returned, handle not recorded
 )
 
 // Failure points: the operation fails with ENOSPC instead of running.

@@ -79,6 +79,28 @@ func TakeSnapshot(ctx context.Context) (Snapshot, error) {
 			}
 		}
 	}
+	// Task supervisors and task cgroups (berth-supervisor, cgroups under
+	// <hierarchy>/berth): nothing a task started may outlive the tests.
+	if des, err := os.ReadDir("/proc"); err == nil {
+		for _, de := range des {
+			b, err := os.ReadFile("/proc/" + de.Name() + "/cmdline")
+			if err != nil {
+				continue
+			}
+			args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+			if filepath.Base(args[0]) == "berth-supervisor" && len(args) == 8 {
+				s["supervisor "+args[3]+"/"+args[5]+"/"+args[7]] = true
+			}
+		}
+	}
+	for _, parent := range []string{"/sys/fs/cgroup/unified/berth", "/sys/fs/cgroup/memory/berth", "/sys/fs/cgroup/pids/berth", "/sys/fs/cgroup/cpu/berth", "/sys/fs/cgroup/berth"} {
+		des, _ := os.ReadDir(parent)
+		for _, de := range des {
+			if de.IsDir() {
+				s["cgroup "+filepath.Join(parent, de.Name())] = true
+			}
+		}
+	}
 	if _, err := exec.LookPath("podman"); err == nil {
 		out, err := exec.CommandContext(ctx, "podman", "ps", "-a", "--format", "{{.Names}}").Output()
 		if err == nil {
@@ -112,6 +134,12 @@ func LeakCheckMain(m *testing.M) int {
 	if os.Geteuid() != 0 {
 		return m.Run()
 	}
+	done, err := BuildSupervisor()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leak check: %v\n", err)
+		return 1
+	}
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	before, err := TakeSnapshot(ctx)
 	cancel()
@@ -135,6 +163,6 @@ func LeakCheckMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "LEAK CHECK FAILED: the tests left %d things on the host:\n  %s\n", len(leaked), strings.Join(leaked, "\n  "))
 		return 1
 	}
-	fmt.Fprintln(os.Stderr, "leak check: host unchanged (netns, veths, bridges, leases, CNI chains and rules, CNI cache, containers)")
+	fmt.Fprintln(os.Stderr, "leak check: host unchanged (netns, veths, bridges, leases, CNI chains and rules, CNI cache, containers, task supervisors and cgroups)")
 	return code
 }

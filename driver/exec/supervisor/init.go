@@ -1,0 +1,321 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/berth/berth/internal/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// initMain is the task's first process: in its namespaces already (the
+// supervisor cloned it into them), it joins the task's cgroup, builds the
+// task's root, takes the task's user and capabilities and execs the task,
+// which keeps its PID. Anything that fails is written to replyFD and the
+// init exits 127; a successful exec closes replyFD (close-on-exec), which
+// is how the supervisor knows the task runs.
+func initMain() int {
+	// Capabilities, the bounding set and keep-caps are per thread, and
+	// execve takes the calling thread's credentials: all of it happens on
+	// this one locked thread.
+	runtime.LockOSThread()
+	reply := os.NewFile(replyFD, "reply")
+	fail := func(err error) int {
+		_, _ = reply.WriteString(err.Error())
+		return 127
+	}
+	for _, fd := range []int{specFD, replyFD} {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return fail(fmt.Errorf("init: fcntl: %w", err))
+		}
+	}
+	sp, err := readSpec()
+	if err != nil {
+		return fail(fmt.Errorf("init: %w", err))
+	}
+	if sp.CgroupRel != "" {
+		cg := &cgroup.Set{Rel: sp.CgroupRel, Unified: sp.CgroupUnified, V1: sp.CgroupV1}
+		if err := cg.JoinSelf(); err != nil {
+			return fail(fmt.Errorf("join the task's cgroup: %w", err))
+		}
+	}
+	if sp.OOMScoreAdj != 0 {
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(sp.OOMScoreAdj)), 0); err != nil {
+			return fail(fmt.Errorf("set oom_score_adj %d: %w", sp.OOMScoreAdj, err))
+		}
+	}
+	if sp.Root != "" {
+		if err := makeRoot(sp); err != nil {
+			return fail(fmt.Errorf("build the task's root %s: %w", sp.Root, err))
+		}
+	}
+	// As root still: a working directory the task's user cannot reach by
+	// path (a data dir of mode 0700) is still its working directory.
+	if sp.Dir != "" {
+		if err := unix.Chdir(sp.Dir); err != nil {
+			return fail(fmt.Errorf("config.work_dir %q: %w", sp.Dir, err))
+		}
+	}
+	if err := takeIdentity(sp); err != nil {
+		return fail(err)
+	}
+	err = unix.Exec(sp.Path, sp.Args, sp.Env)
+	return fail(fmt.Errorf("exec %s: %w", sp.Path, err))
+}
+
+// makeRoot turns sp.Root into the task's /, in the private mount namespace
+// the init was cloned into: nothing mounted here reaches the host's
+// namespace, and all of it goes when the task's last process exits.
+func makeRoot(sp *Spec) error {
+	// Stop propagation both ways before anything is mounted.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	root := sp.Root
+	// pivot_root needs the new root to be a mount point.
+	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", root, err)
+	}
+	for _, m := range sp.Mounts {
+		if err := bindInto(root, m); err != nil {
+			return err
+		}
+	}
+	if err := mountSpecial(root); err != nil {
+		return err
+	}
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root under the new one; the
+	// detach then drops it, so the host's tree is not reachable at all
+	// (a chroot can be left by a root process, a pivot cannot).
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// inRoot is dest inside root, refusing a dest that climbs out of it.
+func inRoot(root, dest string) (string, error) {
+	clean := filepath.Join("/", dest)
+	if clean == "/" {
+		return "", fmt.Errorf("mount destination %q is the root itself", dest)
+	}
+	return filepath.Join(root, clean), nil
+}
+
+func bindInto(root string, m Mount) error {
+	target, err := inRoot(root, m.Dest)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(m.Source)
+	if err != nil {
+		return fmt.Errorf("mount source %s: %w", m.Source, err)
+	}
+	if err := mountPoint(target, fi.IsDir()); err != nil {
+		return err
+	}
+	if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", m.Source, m.Dest, err)
+	}
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if m.ReadOnly {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := setAttr(target, attr, m.ReadOnly); err != nil {
+		return fmt.Errorf("make %s %s: %w", m.Dest, attrName(m.ReadOnly), err)
+	}
+	return nil
+}
+
+func attrName(ro bool) string {
+	if ro {
+		return "read-only, nosuid, nodev"
+	}
+	return "nosuid, nodev"
+}
+
+// setAttr applies attr to the mount at target and every mount under it.
+func setAttr(target string, attr uint64, ro bool) error {
+	err := unix.MountSetattr(-1, target, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr})
+	if !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	// Kernels before 5.12: the top mount only.
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+	if ro {
+		flags |= unix.MS_RDONLY
+	}
+	return unix.Mount("", target, "", flags, "")
+}
+
+// mountPoint makes an empty directory or file to mount on. It must not be
+// a symlink: the mount would land where the link points.
+func mountPoint(target string, dir bool) error {
+	if fi, err := os.Lstat(target); err == nil {
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("mount point %s is a symlink", target)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if dir {
+		return os.Mkdir(target, 0o755)
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// devices are bound from the host into the task's private /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// mountSpecial gives the new root a /proc of the task's PID namespace, a
+// /dev with the harmless devices only, and a /dev/shm of its own.
+func mountSpecial(root string) error {
+	proc := filepath.Join(root, "proc")
+	if err := mountPoint(proc, true); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	dev := filepath.Join(root, "dev")
+	if err := mountPoint(dev, true); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=65536k"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for _, d := range devices {
+		src := "/dev/" + d
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		t := filepath.Join(dev, d)
+		if err := mountPoint(t, false); err != nil {
+			return err
+		}
+		if err := unix.Mount(src, t, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", src, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	shm := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shm, 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
+		return fmt.Errorf("mount /dev/shm: %w", err)
+	}
+	return nil
+}
+
+// takeIdentity drops to the task's capabilities and user, on this thread
+// only (raw system calls: Go's wrappers change every thread, which is
+// pointless right before execve and fails with some runtimes).
+func takeIdentity(sp *Spec) error {
+	last := lastCap()
+	var keep [2]uint32
+	if sp.SetCaps {
+		want := map[int]bool{}
+		for _, c := range sp.Caps {
+			want[c] = true
+		}
+		// What this process may still have: a capability it lacks (berth
+		// without CAP_SYS_RESOURCE) cannot be given, and is not asked.
+		var have [2]unix.CapUserData
+		if err := unix.Capget(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &have[0]); err != nil {
+			return fmt.Errorf("capget: %w", err)
+		}
+		for c := 0; c <= last; c++ {
+			if want[c] && have[c/32].Permitted&(1<<(c%32)) != 0 {
+				keep[c/32] |= 1 << (c % 32)
+				continue
+			}
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+			}
+		}
+	}
+	nonRoot := sp.SetUser && sp.UID != 0
+	if sp.SetUser {
+		if nonRoot && sp.SetCaps {
+			if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+				return fmt.Errorf("keep capabilities: %w", err)
+			}
+		}
+		groups := make([]uint32, len(sp.Groups))
+		for i, g := range sp.Groups {
+			groups[i] = uint32(g)
+		}
+		var gp unsafe.Pointer
+		if len(groups) > 0 {
+			gp = unsafe.Pointer(&groups[0])
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(gp), 0); e != 0 {
+			return fmt.Errorf("user: setgroups %v: %w", sp.Groups, e)
+		}
+		gid := uintptr(sp.GID)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, gid, gid, gid); e != 0 {
+			return fmt.Errorf("user: setresgid %d: %w", sp.GID, e)
+		}
+		uid := uintptr(sp.UID)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); e != 0 {
+			return fmt.Errorf("user: setresuid %d: %w", sp.UID, e)
+		}
+	}
+	if sp.SetCaps {
+		data := [2]unix.CapUserData{
+			{Effective: keep[0], Permitted: keep[0], Inheritable: keep[0]},
+			{Effective: keep[1], Permitted: keep[1], Inheritable: keep[1]},
+		}
+		if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
+			return fmt.Errorf("capset: %w", err)
+		}
+		if nonRoot {
+			// A non-root task keeps capabilities across execve only as
+			// ambient ones.
+			for c := 0; c <= last; c++ {
+				if keep[c/32]&(1<<(c%32)) == 0 {
+					continue
+				}
+				if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+					return fmt.Errorf("raise ambient capability %d: %w", c, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 40
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 40
+	}
+	return n
+}

@@ -1,0 +1,85 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The spec and the status are written as lines of "key value", the value
+// quoted as a Go string: readable with cat, decoded with strconv alone, so
+// that the supervisor links no encoding package. A key may repeat (a list).
+
+type writer struct{ b bytes.Buffer }
+
+func (w *writer) str(k, v string) {
+	w.b.WriteString(k)
+	w.b.WriteByte(' ')
+	w.b.WriteString(strconv.Quote(v))
+	w.b.WriteByte('\n')
+}
+
+func (w *writer) num(k string, v int64) { w.str(k, strconv.FormatInt(v, 10)) }
+func (w *writer) unum(k string, v uint64) {
+	w.str(k, strconv.FormatUint(v, 10))
+}
+
+func (w *writer) flag(k string, v bool) {
+	if v {
+		w.str(k, "true")
+	}
+}
+
+type field struct{ key, val string }
+
+// parse reads a record; unknown keys are the caller's business.
+func parse(b []byte) ([]field, error) {
+	var out []field
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		k, q, ok := strings.Cut(line, " ")
+		if !ok {
+			return nil, fmt.Errorf("line %d: no value", n)
+		}
+		v, err := strconv.Unquote(q)
+		if err != nil {
+			return nil, fmt.Errorf("line %d (%s): %w", n, k, err)
+		}
+		out = append(out, field{k, v})
+	}
+	return out, sc.Err()
+}
+
+// reader decodes fields into typed values, keeping the first error.
+type reader struct{ err error }
+
+func (r *reader) int(f field) int {
+	v, err := strconv.Atoi(f.val)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s: %w", f.key, err)
+	}
+	return v
+}
+
+func (r *reader) int64(f field) int64 {
+	v, err := strconv.ParseInt(f.val, 10, 64)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s: %w", f.key, err)
+	}
+	return v
+}
+
+func (r *reader) uint64(f field) uint64 {
+	v, err := strconv.ParseUint(f.val, 10, 64)
+	if err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s: %w", f.key, err)
+	}
+	return v
+}

@@ -1,0 +1,40 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// supervisorEnv is driver/exec.SupervisorEnv (not imported: the driver's
+// tests use this package).
+const supervisorEnv = "BERTH_SUPERVISOR"
+
+// BuildSupervisor builds cmd/berth-supervisor, the per-task supervisor of
+// the raw_exec and exec drivers, into a temporary directory and points
+// $BERTH_SUPERVISOR at it, so that every driver of the test binary, and
+// every berth binary it starts, runs the supervisor of this checkout. It
+// does nothing when $BERTH_SUPERVISOR is set already. LeakCheckMain calls
+// it; call the returned cleanup after the tests.
+func BuildSupervisor() (cleanup func(), err error) {
+	if os.Getenv(supervisorEnv) != "" {
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "berth-supervisor-")
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "berth-supervisor")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/cmd/berth-supervisor")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("go build ./cmd/berth-supervisor: %v\n%s", err, strings.TrimSpace(string(out)))
+	}
+	os.Setenv(supervisorEnv, bin)
+	return func() {
+		os.Unsetenv(supervisorEnv)
+		os.RemoveAll(dir)
+	}, nil
+}
