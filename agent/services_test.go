@@ -36,6 +36,10 @@ const readoptServiceJob = `job "btsvc-ra" {
     }
     task "server" {
       driver = "raw_exec"
+      template {
+        data        = "ALLOC={{ env \"NOMAD_ALLOC_ID\" }}\n"
+        destination = "local/alloc.env"
+      }
       config {
         command = "/bin/sh"
         args    = ["-c", "mkdir -p $NOMAD_TASK_DIR/www && echo hi > $NOMAD_TASK_DIR/www/index.html && exec /bin/busybox httpd -f -p 8080 -h $NOMAD_TASK_DIR/www"]
@@ -93,6 +97,11 @@ func TestSvcReadopted(t *testing.T) {
 	p = e.startBinary(t, cfgPath, c)
 	cur := readopted(t, c, old.ID)
 	after := passingSince(t, c, "btsvc-ra", t1)
+	now, err := c.Allocation(context.Background(), old.ID)
+	testenv.Must(t, err)
+	if n := countEvents(now, "Templates Rendered"); n != 2 {
+		t.Errorf("templates rendered %d times, want before the start and at the re-adoption", n)
+	}
 	if after.ID != before.ID || after.Address != before.Address || after.Port != before.Port || after.AllocID != old.ID {
 		t.Errorf("re-registered %+v, want the same instance as %+v", after, before)
 	}
@@ -103,4 +112,14 @@ func TestSvcReadopted(t *testing.T) {
 	if recs, err := sto.ListServices(context.Background(), store.ServiceFilter{}); err != nil || len(recs) != 0 {
 		t.Errorf("registrations after the drain: %+v, %v", recs, err)
 	}
+}
+
+func countEvents(a *api.Allocation, typ string) int {
+	n := 0
+	for _, e := range a.Events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
 }

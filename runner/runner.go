@@ -618,6 +618,11 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
 			return err
 		}
+	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
+		// Re-adopted: its templates are rendered again (what changed
+		// while no agent ran is written, its env kept for a restart) and
+		// watched; the task runs already, so a failure is only an event.
+		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
 	}
 	pol := t.Restart
 	var restarts []time.Time
