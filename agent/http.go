@@ -48,6 +48,8 @@ func (a *Agent) routes() http.Handler {
 		{http.MethodGet, "/v1/allocation/{id}", a.handleAlloc},
 		{http.MethodGet, "/v1/allocation/{id}/logs/{task}", a.handleLogs},
 		{http.MethodGet, "/v1/namespaces", a.handleNamespaces},
+		{http.MethodGet, "/v1/services", a.handleServices},
+		{http.MethodGet, "/v1/service/{name}", a.handleService},
 		{http.MethodPost, "/v1/gc", a.handleGC},
 		{http.MethodGet, "/metrics", a.handleMetrics},
 	}
@@ -392,7 +394,7 @@ func (a *Agent) handleAlloc(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wireAlloc(al))
+	writeJSON(w, http.StatusOK, a.allocWithServices(r.Context(), al))
 }
 
 // handleLogs serves <data_dir>/alloc/<id>/<task>.stdout (or .stderr). The

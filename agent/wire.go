@@ -329,3 +329,66 @@ func wireLifecycle(l *jobspec.Lifecycle) *api.Lifecycle {
 	}
 	return &api.Lifecycle{Hook: l.Hook, Sidecar: l.Sidecar}
 }
+
+// WireService is a registration of the native catalog in the API's form;
+// `berth run` prints its own through it too.
+func WireService(s *store.Service) api.ServiceRegistration {
+	out := api.ServiceRegistration{
+		ID: s.ID, ServiceName: s.ServiceName, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName,
+		Datacenter: s.Datacenter, JobID: s.JobID, AllocID: s.AllocID, Group: s.Group, Task: s.Task,
+		Address: s.Address, Port: s.Port, Tags: slices.Clone(s.Tags), Meta: maps.Clone(s.Meta),
+		Health: s.Health, CreatedAt: s.CreatedAt, ModifiedAt: s.ModifiedAt,
+	}
+	for _, c := range s.Checks {
+		out.Checks = append(out.Checks, api.CheckStatus{Name: c.Name, Type: c.Type, Status: c.Status, Output: c.Output, Time: c.Time, OnUpdate: c.OnUpdate})
+	}
+	return out
+}
+
+// wireServices never returns nil (JSON shows an empty list).
+func wireServices(l []*store.Service) []api.ServiceRegistration {
+	out := make([]api.ServiceRegistration, 0, len(l))
+	for _, s := range l {
+		out = append(out, WireService(s))
+	}
+	return out
+}
+
+// wireServiceStubs groups registrations by namespace and name, in that
+// order (l is sorted by name).
+func wireServiceStubs(l []*store.Service) []api.ServiceStub {
+	out := []api.ServiceStub{}
+	idx := map[[2]string]int{}
+	for _, s := range l {
+		k := [2]string{s.Namespace, s.ServiceName}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, api.ServiceStub{ServiceName: s.ServiceName, Namespace: s.Namespace, Tags: []string{}})
+		}
+		st := &out[i]
+		st.Instances++
+		if s.Health == store.CheckPassing {
+			st.Passing++
+		}
+		for _, t := range s.Tags {
+			if !slices.Contains(st.Tags, t) {
+				st.Tags = append(st.Tags, t)
+			}
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].Tags)
+	}
+	slices.SortStableFunc(out, func(a, b api.ServiceStub) int {
+		if a.Namespace != b.Namespace {
+			if a.Namespace < b.Namespace {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -103,6 +103,18 @@ func TestWireJSON(t *testing.T) {
 			Reclaimed: []gc.Item{{Kind: gc.KindLease, ID: "y", Reason: "r"}}, Errors: []string{"e"}, DurationMS: 12.5})},
 		{"diagnostics", wireDiagnostics(jobspec.Diagnostics{
 			{File: "a.hcl", Line: 3, Column: 4, Summary: "bad", Detail: "worse"}, {File: "a.hcl", Line: 5, Column: 1, Summary: "also"}})},
+		{"services", wireServices([]*store.Service{{
+			ID: "_nomad-task-0b1c2d3e-0000-4000-8000-000000000001-group-g-web-http", ServiceName: "web", Namespace: "default",
+			JobID: "j", AllocID: "0b1c2d3e-0000-4000-8000-000000000001", Group: "g", NodeID: "n1", NodeName: "host", Datacenter: "dc1",
+			Address: "10.199.110.5", Port: 8080, Tags: []string{"v1"}, Meta: map[string]string{"k": "v"}, Health: store.CheckPassing,
+			Checks:   []store.CheckStatus{{Name: "alive", Type: "http", Status: store.CheckPassing, Output: "HTTP GET http://10.199.110.5:8080/: 200 OK", Time: wireT0, OnUpdate: "require_healthy"}},
+			OwnerPID: 1, OwnerStartTime: 2, CreatedAt: wireT0, ModifiedAt: wireT0.Add(time.Second),
+		}, {ID: "t", ServiceName: "w2", Namespace: "default", JobID: "j", AllocID: "a", Group: "g", Task: "t", Address: "127.0.0.1", Health: store.CheckPending, CreatedAt: wireT0, ModifiedAt: wireT0}})},
+		{"service-stubs", wireServiceStubs([]*store.Service{
+			{ServiceName: "web", Namespace: "default", Tags: []string{"v2", "v1"}, Health: store.CheckPassing},
+			{ServiceName: "web", Namespace: "default", Tags: []string{"v1"}, Health: store.CheckCritical},
+			{ServiceName: "x", Namespace: "default"},
+		})},
 		{"job", wireJob(wireFixtureJob())},
 		{"job-minimal", wireJob(&jobspec.Job{ID: "b", Type: "batch", Groups: []*jobspec.Group{{Name: "g", Tasks: []*jobspec.Task{{Name: "t", Driver: "exec"}}}}})},
 	}
@@ -232,6 +244,11 @@ func TestWireEnumerations(t *testing.T) {
 		{gc.KindLease, api.GCLease},
 		{gc.KindIptables, api.GCIptables},
 		{gc.KindBridge, api.GCBridge},
+		{gc.KindService, api.GCService},
+		{store.CheckPassing, api.CheckPassing},
+		{store.CheckWarning, api.CheckWarning},
+		{store.CheckCritical, api.CheckCritical},
+		{store.CheckPending, api.CheckPending},
 		{string(store.PhaseIntent), "intent"},
 		{string(store.PhaseReady), "ready"},
 		{string(store.PhaseTearingDown), "tearing-down"},

@@ -22,6 +22,8 @@
 //	GET    /v1/allocation/{id}               Allocation (an ID prefix is accepted)
 //	GET    /v1/allocation/{id}/logs/{task}   text; ?type=stdout|stderr, ?tail=BYTES
 //	GET    /v1/namespaces                    []NetnsEntry
+//	GET    /v1/services                      []ServiceStub
+//	GET    /v1/service/{name}                []ServiceRegistration (404 when none)
 //	POST   /v1/gc[?dry_run=true]             GCReport; also ?foreign_prefix=P, ?foreign_network=N (repeatable)
 //	GET    /metrics                          Prometheus text format
 //
@@ -370,6 +372,8 @@ type Allocation struct {
 	// to retry; Holders are who held it (Holder strings).
 	TeardownRetries int      `json:"teardown_retries,omitempty"`
 	Holders         []string `json:"holders,omitempty"`
+	// Services are its registrations in the native catalog, now.
+	Services []ServiceRegistration `json:"services,omitempty"`
 }
 
 // TaskState is one task of an Allocation.
@@ -552,6 +556,7 @@ const (
 	GCLease      = "lease"       // a host-local lease of an unknown container ID
 	GCIptables   = "iptables"    // CNI rules and chains of an unknown ID
 	GCBridge     = "bridge"      // what a network keeps after its last attachment
+	GCService    = "service"     // a service registration whose allocation is gone
 )
 
 // GCItem is one thing garbage collection found, reclaimed or kept.

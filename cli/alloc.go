@@ -126,6 +126,10 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 		return err
 	}
 
+	if err := printAllocServices(g.stdout, a.Services); err != nil {
+		return err
+	}
+
 	if steps := a.Timings.Steps(); len(steps) > 0 {
 		var parts []string
 		for _, s := range steps {

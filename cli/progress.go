@@ -37,6 +37,7 @@ type runOutput struct {
 	stop              chan struct{}
 	done              chan struct{}
 	header            bool
+	svc               *serviceWatch
 }
 
 // isTerminal says whether w is a terminal (TCGETS answers).
@@ -135,10 +136,10 @@ func (o *runOutput) options(maxRuns int, forDur time.Duration) runner.RunOptions
 			o.started[a.ID] = true
 			o.running++
 			if o.json {
-				o.jsonLine(map[string]any{"event": "started", "allocation": agent.WireAllocation(a)})
+				o.jsonLine(map[string]any{"event": "started", "allocation": o.startedJSON(a)})
 				return
 			}
-			o.lines(startLine(a))
+			o.lines(startLine(a) + o.startServices(a.ID))
 		},
 		OnAlloc: func(a *store.Allocation) {
 			o.mu.Lock()
@@ -171,6 +172,7 @@ func (o *runOutput) options(maxRuns int, forDur time.Duration) runner.RunOptions
 // close stops the status line, leaving it on screen as the last word
 // before the summary.
 func (o *runOutput) close() {
+	o.stopServices()
 	if o.live {
 		close(o.stop)
 		<-o.done

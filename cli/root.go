@@ -101,6 +101,7 @@ func newRoot(g *Globals) *cobra.Command {
 		newAgentCmd(g),
 		newJobCmd(g),
 		newAllocCmd(g),
+		newServiceCmd(g),
 		newNetnsCmd(g),
 		newStoreCmd(g),
 	)

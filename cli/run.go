@@ -45,8 +45,8 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 
 // singleDashFlags are the long flags Nomad's commands spell with one dash that
 // berth's commands share: -var and -var-file (job run, plan, validate),
-// -meta and -detach (job dispatch).
-var singleDashFlags = []string{"var", "var-file", "meta", "detach"}
+// -meta and -detach (job dispatch), -verbose (service info).
+var singleDashFlags = []string{"var", "var-file", "meta", "detach", "verbose"}
 
 // NomadArgs rewrites Nomad's single-dash long flags (singleDashFlags, also
 // with "=VALUE") to the double-dash ones the flag parser knows, so a
@@ -190,6 +190,7 @@ dispatched once, with -meta and --payload, and the child job runs.`,
 			g.Reconcile(ctx, n)
 			r := n.Runner()
 			out := newRunOutput(g.stdout, g.JSON)
+			out.watchServices(n.Services)
 			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
 			out.close()
 			if err != nil {
@@ -257,7 +258,7 @@ func printSummary(g *Globals, s *api.JobSummary) {
 		fmt.Fprintf(w, "  holders seen: %s\n", strings.Join(s.Holders, "; "))
 	}
 	if len(s.Leaks) == 0 {
-		fmt.Fprintf(w, "  leak check: nothing left (namespaces, attachments, CNI cache, leases, iptables rules, containers)\n")
+		fmt.Fprintf(w, "  leak check: nothing left (namespaces, attachments, services, CNI cache, leases, iptables rules, containers)\n")
 	} else {
 		fmt.Fprintf(w, "  LEAK CHECK FAILED: %d left:\n    %s\n", len(s.Leaks), strings.Join(s.Leaks, "\n    "))
 	}

@@ -216,3 +216,9 @@ func OnlyWarnings(err error) bool {
 	_, ok := err.(*ConfigWarning)
 	return ok
 }
+
+// Signaler is a Handle that can send its task a signal without stopping
+// it (a template's change_mode "signal"). Both berth drivers implement it.
+type Signaler interface {
+	Signal(ctx context.Context, sig syscall.Signal) error
+}

@@ -262,7 +262,8 @@ func newRun(o Options) (*run, error) {
 
 // Run reconciles and collects garbage, in this order:
 //
-//  1. stops the tasks of allocations whose owner died, and marks them lost;
+//  1. stops the tasks of allocations whose owner died, and marks them lost,
+//     and deletes the service registrations of allocations that are gone;
 //  2. drives every unfinished record to a clean state (finishes or undoes
 //     half-made setups and pending teardowns, tears down what lost or
 //     finished allocations left);

@@ -49,6 +49,7 @@ func (r *run) replay(ctx context.Context) {
 		return
 	}
 	as := r.stopOrphans(ctx)
+	r.sweepServices(ctx, as)
 	r.finishRecords(ctx, as)
 }
 

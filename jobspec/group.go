@@ -159,7 +159,6 @@ func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
 	}
 	for _, b := range blocks["service"] {
 		g.Services = append(g.Services, p.service(b, where, ""))
-		p.warn(b.TypeRange, fmt.Sprintf("service in %s is not yet registered by berth", where), "the block is checked; services and their checks come in a later version")
 	}
 
 	seen := map[string]*hclsyntax.Block{}
@@ -214,12 +213,13 @@ func (p *parser) finishGroup(g *Group, blk *hclsyntax.Block, j *Job, where strin
 			p.checkServicePort(s, g, where)
 		}
 	}
+	// Compared as Nomad sees them: a service without provider is Consul's.
 	var provider *Service
 	for _, s := range g.AllServices() {
 		if provider == nil {
 			provider = s
-		} else if s.Provider != provider.Provider {
-			p.failAt(s.Pos, fmt.Sprintf("service %q in %s uses provider %q and service %q uses %q", s.Name, where, s.Provider, provider.Name, provider.Provider),
+		} else if s.nomadProvider() != provider.nomadProvider() {
+			p.failAt(s.Pos, fmt.Sprintf("service %q in %s uses provider %q and service %q uses %q", s.Name, where, s.nomadProvider(), provider.Name, provider.nomadProvider()),
 				"all services of a group must use the same provider")
 		}
 	}

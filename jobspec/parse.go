@@ -105,7 +105,8 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 			Functions: functions(base, jobDir, opts.AllowFS),
 			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
 		},
-		now: time.Now(),
+		now:    time.Now(),
+		jobDir: jobDir,
 	}
 	if d := hcllimit.Check(src, filename, false); d.HasErrors() {
 		p.addHCL(d, p.fileStart())
@@ -132,6 +133,9 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 		return nil, p.diags.sorted()
 	}
 	job.Warnings = p.warns.sorted()
+	if opts.AllowFS {
+		job.Dir = jobDir
+	}
 	return job, nil
 }
 
@@ -144,6 +148,10 @@ type parser struct {
 	ectx     *hcl.EvalContext
 	now      time.Time
 	vars     map[string]*variable
+	// jobDir is the job file's directory ("" for text without a file).
+	jobDir string
+	// providerNoted: the note about services without provider was given.
+	providerNoted bool
 	// The job's vault and reschedule blocks, which its groups inherit.
 	jobVault   *Vault
 	jobResched *hclsyntax.Block

@@ -2,31 +2,40 @@ package jobspec
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	tmpl "github.com/berth/berth/template"
 )
 
-// Service is a service block of a group or a task. Berth parses and checks
-// it; registering it (and running its checks) is not built yet.
+// Service is a service block of a group or a task. With provider "nomad"
+// (also when no provider is given) berth registers it in its native
+// catalog and runs its http and tcp checks (package service).
 type Service struct {
-	Name              string            `json:"name"`
-	Port              string            `json:"port,omitempty"`
-	Tags              []string          `json:"tags,omitempty"`
-	CanaryTags        []string          `json:"canary_tags,omitempty"`
-	EnableTagOverride bool              `json:"enable_tag_override,omitempty"`
-	AddressMode       string            `json:"address_mode"`
-	Address           string            `json:"address,omitempty"`
-	Task              string            `json:"task,omitempty"`
-	Provider          string            `json:"provider"`
-	OnUpdate          string            `json:"on_update"`
-	Meta              map[string]string `json:"meta,omitempty"`
-	CanaryMeta        map[string]string `json:"canary_meta,omitempty"`
-	TaggedAddresses   map[string]string `json:"tagged_addresses,omitempty"`
-	Checks            []*Check          `json:"checks,omitempty"`
-	CheckRestart      *CheckRestart     `json:"check_restart,omitempty"`
+	Name              string   `json:"name"`
+	Port              string   `json:"port,omitempty"`
+	Tags              []string `json:"tags,omitempty"`
+	CanaryTags        []string `json:"canary_tags,omitempty"`
+	EnableTagOverride bool     `json:"enable_tag_override,omitempty"`
+	AddressMode       string   `json:"address_mode"`
+	Address           string   `json:"address,omitempty"`
+	Task              string   `json:"task,omitempty"`
+	Provider          string   `json:"provider"`
+	// ProviderUnset: the block named no provider. Nomad then uses Consul;
+	// berth registers it natively ("nomad") and says so once.
+	ProviderUnset   bool              `json:"provider_unset,omitempty"`
+	OnUpdate        string            `json:"on_update"`
+	Meta            map[string]string `json:"meta,omitempty"`
+	CanaryMeta      map[string]string `json:"canary_meta,omitempty"`
+	TaggedAddresses map[string]string `json:"tagged_addresses,omitempty"`
+	Checks          []*Check          `json:"checks,omitempty"`
+	CheckRestart    *CheckRestart     `json:"check_restart,omitempty"`
 	// Connect is true when the service has a connect block (Consul
 	// Connect), which berth cannot provide.
 	Connect bool `json:"connect,omitempty"`
@@ -69,8 +78,8 @@ type CheckRestart struct {
 	IgnoreWarnings bool          `json:"ignore_warnings,omitempty"`
 }
 
-// Template is a task's template block. Berth parses and checks it;
-// rendering is not built yet.
+// Template is a task's template block, rendered by package template
+// before the task starts and again when the services it reads change.
 type Template struct {
 	Source            string        `json:"source,omitempty"`
 	Destination       string        `json:"destination"`
@@ -113,7 +122,7 @@ func (p *parser) service(blk *hclsyntax.Block, where string, task string) *Servi
 			{name: "meta", single: true}, {name: "canary_meta", single: true}, {name: "tagged_addresses", single: true},
 		},
 	})
-	s := &Service{AddressMode: "auto", Provider: "consul", OnUpdate: "require_healthy", Task: task, Pos: p.pos(blk.TypeRange)}
+	s := &Service{AddressMode: "auto", OnUpdate: "require_healthy", Task: task, Pos: p.pos(blk.TypeRange)}
 	if v, ok := p.str(attrs["name"], w); ok {
 		s.Name = v
 	}
@@ -168,7 +177,46 @@ func (p *parser) service(blk *hclsyntax.Block, where string, task string) *Servi
 	if s.Provider == "nomad" && s.Connect {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s uses provider \"nomad\" with connect", w), "Consul Connect needs provider \"consul\"")
 	}
+	p.serviceNotes(s, blk, w)
 	return s
+}
+
+// nomadProvider is the provider as Nomad reads the block: Consul's when
+// none is named.
+func (s *Service) nomadProvider() string {
+	if s.ProviderUnset {
+		return "consul"
+	}
+	return s.Provider
+}
+
+// serviceNotes settles the provider and warns about what berth's native
+// catalog does not do.
+func (p *parser) serviceNotes(s *Service, blk *hclsyntax.Block, where string) {
+	switch {
+	case s.Provider == "":
+		s.Provider, s.ProviderUnset = "nomad", true
+		if !p.providerNoted && !s.Connect {
+			p.providerNoted = true
+			p.warn(blk.TypeRange, fmt.Sprintf("%s names no provider: berth registers it in its native catalog, as provider = \"nomad\" (Nomad's default is Consul)", where),
+				"set provider = \"nomad\" to say so; this is said once per job")
+		}
+	case s.Provider == "consul" && !s.Connect:
+		p.warn(blk.TypeRange, fmt.Sprintf("%s uses provider \"consul\": berth has no Consul, so the service is not registered anywhere and its checks do not run", where),
+			"use provider = \"nomad\" for berth's native catalog")
+	}
+	if s.Provider != "nomad" || s.ProviderUnset && s.Connect {
+		return
+	}
+	for _, c := range s.Checks {
+		if c.Type == "script" || c.Type == "grpc" {
+			p.warnAt(c.Pos, fmt.Sprintf("%s check in %s is not run: Nomad's native provider runs only http and tcp checks", c.Type, where),
+				"use type = \"http\" or \"tcp\", or provider = \"consul\" on a Nomad cluster with Consul")
+		}
+	}
+	if len(s.CanaryTags) > 0 || len(s.CanaryMeta) > 0 || len(s.TaggedAddresses) > 0 || s.EnableTagOverride {
+		p.warnAt(s.Pos, fmt.Sprintf("canary_tags, canary_meta, tagged_addresses and enable_tag_override in %s do nothing without Consul and deployments; accepted and ignored", where), "")
+	}
 }
 
 func (p *parser) checkRestart(blk *hclsyntax.Block, where string) *CheckRestart {
@@ -368,5 +416,67 @@ func (p *parser) template(blk *hclsyntax.Block, where string) *Template {
 	if _, err := strconv.ParseUint(t.Perms, 8, 12); err != nil && attrs["perms"] != nil {
 		p.fail(attrs["perms"].Expr.Range(), fmt.Sprintf("perms %q in %s is not an octal mode", t.Perms, w), "write perms = \"0644\"")
 	}
+	if t.ChangeMode == "signal" {
+		if _, ok := SignalNumber(t.ChangeSignal); !ok {
+			p.fail(blk.TypeRange, fmt.Sprintf("%s has change_mode \"signal\" and change_signal %q, which is not a signal of this system", w, t.ChangeSignal),
+				"set change_signal = \"SIGHUP\" (or another signal)")
+		}
+	}
+	if t.Source != "" && t.Data != "" {
+		p.fail(blk.TypeRange, fmt.Sprintf("%s has both source and data", w), "use one: an inline template (data) or a file (source)")
+	}
+	p.checkTemplate(t, attrs, w)
+	if t.VaultGrace != 0 {
+		p.warn(attrs["vault_grace"].Expr.Range(), fmt.Sprintf("vault_grace in %s does nothing: berth has no Vault", w), "")
+	}
 	return t
+}
+
+// checkTemplate reports, at their place in the job file, what keeps the
+// template from rendering on berth (template.Check): a Consul, Vault or
+// Nomad variables function, one that does not exist, a syntax error. An
+// inline template is checked here; a source file when it is next to the
+// job file (one fetched as an artifact is checked when it renders).
+func (p *parser) checkTemplate(t *Template, attrs map[string]*hclsyntax.Attribute, where string) {
+	var text string
+	var at *hclsyntax.Attribute
+	file := ""
+	switch {
+	case t.Data != "":
+		text, at = t.Data, attrs["data"]
+	case t.Source != "" && p.opts.AllowFS && p.jobDir != "" && !filepath.IsAbs(t.Source):
+		b, err := os.ReadFile(filepath.Join(p.jobDir, t.Source))
+		if err != nil {
+			return
+		}
+		text, at, file = string(b), attrs["source"], t.Source
+	default:
+		return
+	}
+	for _, iss := range tmpl.Check(text, t.LeftDelimiter, t.RightDelimiter) {
+		r := at.Expr.Range()
+		summary := fmt.Sprintf("%s: %s", where, iss.Summary)
+		if file != "" {
+			summary = fmt.Sprintf("%s, in %s line %d: %s", where, file, iss.Line, iss.Summary)
+		} else {
+			r.Start = p.templatePos(r.Start, iss.Line, iss.Column)
+		}
+		p.fail(r, summary, iss.Detail)
+	}
+}
+
+// templatePos maps line and column of an inline template to the job file:
+// a heredoc's text starts on the line after "<<EOT", a quoted string's
+// just after its quote (its later lines are only approximate when the
+// string spells newlines as \n).
+func (p *parser) templatePos(start hcl.Pos, line, col int) hcl.Pos {
+	heredoc := start.Byte < len(p.src) && strings.HasPrefix(string(p.src[start.Byte:min(start.Byte+2, len(p.src))]), "<<")
+	switch {
+	case heredoc:
+		pos := hcl.Pos{Line: start.Line + line, Column: max(col, 1)}
+		return pos
+	case line <= 1:
+		return hcl.Pos{Line: start.Line, Column: start.Column + max(col, 1)}
+	}
+	return start
 }

@@ -174,11 +174,9 @@ func (p *parser) task(blk *hclsyntax.Block, g *Group, j *Job, groupWhere string)
 	}
 	for _, b := range blocks["template"] {
 		t.Templates = append(t.Templates, p.template(b, where))
-		p.warn(b.TypeRange, fmt.Sprintf("template in %s is not rendered by berth yet", where), "the block is checked; rendering comes in a later version")
 	}
 	for _, b := range blocks["service"] {
 		t.Services = append(t.Services, p.service(b, where, name))
-		p.warn(b.TypeRange, fmt.Sprintf("service in %s is not yet registered by berth", where), "the block is checked; services and their checks come in a later version")
 	}
 	if bs := blocks["vault"]; len(bs) > 0 {
 		t.Vault = p.vault(bs[0], where)

@@ -68,6 +68,10 @@ type Job struct {
 	Dispatched bool     `json:"dispatched,omitempty"`
 	Payload    []byte   `json:"payload,omitempty"`
 	Groups     []*Group `json:"groups"`
+	// Dir is the job file's directory when it was read with the
+	// filesystem allowed (berth run): template sources missing from the
+	// task dir are read from there. Empty for jobs sent to the agent.
+	Dir string `json:"-"`
 	// Warnings are accepted constructs that do nothing on berth (reschedule,
 	// a datacenter list without this node's datacenter).
 	Warnings []Diagnostic `json:"warnings,omitempty"`

@@ -19,6 +19,7 @@ import (
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/runner"
+	"github.com/berth/berth/service"
 	"github.com/berth/berth/store"
 )
 
@@ -58,6 +59,11 @@ type Node struct {
 	Store    *store.Store
 	StoreErr error
 	Attach   *attach.Manager
+	// Services is the native service catalog over the store and Checks
+	// runs the checks of the services this process registers; both set
+	// by OpenStore.
+	Services *service.Registry
+	Checks   *service.Checker
 	// Dirs removes allocation directories in the background: those of
 	// the records retention prunes (set by OpenStore).
 	Dirs *allocdir.Remover
@@ -129,6 +135,8 @@ func (n *Node) OpenStore(ctx context.Context) error {
 	}
 	n.Store, n.Dirs = st, dirs
 	n.Attach = n.manager(st)
+	n.Services = service.NewRegistry(st, n.Log)
+	n.Checks = service.NewChecker(0, n.Log)
 	return nil
 }
 
@@ -160,6 +168,13 @@ func (n *Node) Close(ctx context.Context) error {
 	cctx, cancel := cleanup.Context(ctx, time.Minute)
 	defer cancel()
 	var errs []error
+	if n.Checks != nil {
+		n.Checks.Close()
+	}
+	if n.Services != nil {
+		// Its last health changes, before the store closes.
+		n.Services.Close()
+	}
 	if err := n.Drivers.Close(cctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -216,6 +231,8 @@ func (n *Node) runnerOptions() runner.Options {
 		Node:           n.Attrs,
 		Logger:         n.Log,
 		Metrics:        n.o.Metrics,
+		Services:       n.Services,
+		Checks:         n.Checks,
 		OwnerPID:       n.OwnerPID,
 		OwnerStartTime: n.OwnerStartTime,
 		Capacity:       &capa,

@@ -29,7 +29,8 @@ type RunOptions struct {
 	// For stops launching after this long and stops what still runs
 	// (0: no limit; a batch job ends when its allocations do).
 	For time.Duration
-	// OnAlloc is called with each allocation as it finishes.
+	// OnAlloc is called with each allocation as it finishes, from the
+	// goroutine that ran it: calls may be concurrent.
 	OnAlloc func(*store.Allocation)
 	// OnStart is called with each allocation as its tasks start, its
 	// network (address, ports) set up.
@@ -307,8 +308,8 @@ func (s *Summary) record(a *store.Allocation, setup, teardown, gone *quantiles) 
 }
 
 // LeakCheck looks for anything the given allocations left on the host:
-// their namespaces, attachment records, libcni cache entries, host-local
-// leases, iptables rules and containers. It returns one line per leak.
+// their namespaces, attachment records, service registrations, libcni
+// cache entries, host-local leases, iptables rules and containers. It returns one line per leak.
 func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	leaks := []string{}
 	ids := map[string]bool{}
@@ -325,6 +326,13 @@ func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	}
 	if len(ids) == 0 {
 		return leaks
+	}
+	if svcs, err := r.o.Store.ListServices(ctx, store.ServiceFilter{}); err == nil {
+		for _, s := range svcs {
+			if ids[s.AllocID] {
+				leaks = append(leaks, "service registration "+s.ID)
+			}
+		}
 	}
 	// Evidence that cannot be read is skipped: the check lists what the
 	// run visibly left; gc and doctor report a host they cannot read.

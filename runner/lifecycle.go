@@ -379,6 +379,7 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 			names[i] = c.t.Name
 		}
 		a.event2("Killing", fmt.Sprintf("%s: stopping %s", why, strings.Join(names, ", ")))
+		a.groupStopping()
 		if d := a.group.ShutdownDelay; d > 0 {
 			// Nomad's group shutdown_delay: between deregistering the
 			// group's services and stopping its tasks. Not cut short by a
@@ -507,8 +508,12 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 		return res, werr
 	}
 	if a.r.detached() && ctx.Err() == nil {
+		// Left running, registered: the next agent takes its services
+		// over with the task.
 		return nil, errDetached
 	}
+	// Deregistered before the shutdown_delay: that is what it is for.
+	a.taskStopping(ctx, i)
 	if ctx.Err() == nil {
 		a.markOverran(i)
 		a.event2("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))

@@ -24,6 +24,7 @@ import (
 	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/service"
 	"github.com/berth/berth/store"
 )
 
@@ -44,6 +45,11 @@ type Options struct {
 	Node     jobspec.NodeAttrs
 	Logger   *slog.Logger
 	Metrics  Metrics
+	// Services is the catalog of native services and Checks runs their
+	// checks; without them service blocks are not registered and
+	// templates see no services.
+	Services *service.Registry
+	Checks   *service.Checker
 	// OwnerPID and OwnerStartTime mark the allocations this process owns,
 	// so that the next berth can tell they were orphaned by a crash.
 	OwnerPID       int
@@ -190,6 +196,8 @@ type allocRun struct {
 	lastExit time.Time
 	started  func(*store.Allocation)
 	lc       *lifecycle
+	// ext is the allocation's services, templates and restarts.
+	ext allocExt
 
 	mu sync.Mutex // guards alloc
 }
@@ -243,6 +251,7 @@ func (a *allocRun) admitAndRun(ctx context.Context, since time.Time) *store.Allo
 
 // detachRecord records the allocation as left running for the next agent.
 func (a *allocRun) detachRecord(ctx context.Context) {
+	a.servicesDetached()
 	a.mu.Lock()
 	a.alloc.Detached = true
 	a.event(EventDetached, "the agent stopped without draining: tasks and network left as they are for the next agent to re-adopt")
@@ -340,7 +349,7 @@ func (a *allocRun) run(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
-	if a.started != nil && ctx.Err() == nil {
+	if a.started != nil && ctx.Err() == nil && !a.announceLater() {
 		a.started(a.snapshot())
 	}
 
@@ -443,6 +452,8 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
+	// Nothing may still point at the allocation once its network goes.
+	a.servicesGone(tctx)
 	var tdErr error
 	if hasNetwork {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
@@ -607,18 +618,28 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
 			return err
 		}
+	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
+		// Re-adopted: its templates are rendered again (what changed
+		// while no agent ran is written, its env kept for a restart) and
+		// watched; the task runs already, so a failure is only an event.
+		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
 	}
 	pol := t.Restart
 	var restarts []time.Time
 	for attempt := 0; ; attempt++ {
+		actx, endAttempt := a.beginAttempt(ctx, i, dt)
 		var res *driver.ExitResult
 		var err error
 		if recovered != nil {
-			res, err = a.supervise(ctx, i, recovered, dt)
+			// Re-adopted: its services are registered again, by this
+			// process, and checked from here on.
+			a.taskRunning(actx, i, recovered)
+			res, err = a.supervise(actx, i, recovered, dt)
 			recovered = nil
 		} else {
-			res, err = a.runOnce(ctx, i, drv, dt)
+			res, err = a.runOnce(actx, i, drv, dt)
 		}
+		forced := endAttempt()
 		if errors.Is(err, errDetached) {
 			return err
 		}
@@ -636,7 +657,16 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			// restart policy too.
 			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
-		success := err == nil && res.Successful()
+		if forced.fatal {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			return fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
+		}
+		if forced.restarted && !forced.failure {
+			// A template's change_mode "restart": at once, not counted.
+			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+			continue
+		}
+		success := err == nil && res.Successful() && !forced.restarted
 		if success && a.completes(t) {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
@@ -679,7 +709,8 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			return errDetached
 		}
 		if !slept {
-			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			// Stopped while waiting to restart: stopped, not failed.
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
 			return nil
 		}
 	}
@@ -719,6 +750,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	})
 	a.save(ctx)
 	a.taskStarted(i)
+	a.taskRunning(ctx, i, h)
 	fault.Point(fault.TaskRunning)
 	return a.supervise(ctx, i, h, dt)
 }
@@ -733,6 +765,7 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		// Left running: its handle stays recorded.
 		return nil, werr
 	}
+	a.taskStopping(ctx, i)
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)

@@ -151,5 +151,8 @@ func (a *allocRun) setupTask(ctx context.Context, t *jobspec.Task, dt *driver.Ta
 		dt.KillSignal = sig
 	}
 	dt.Resources = driver.Resources{CPU: t.Resources.CPU, MemoryMB: t.Resources.MemoryMB, MemoryMaxMB: t.Resources.MemoryMaxMB}
-	return a.prepareTask(ctx, t, vars)
+	if err := a.prepareTask(ctx, t, vars); err != nil {
+		return err
+	}
+	return a.startTemplates(ctx, t, dt, vars)
 }

@@ -75,6 +75,7 @@ func recordKinds() map[string][]byte {
 		kindAllocation: bucketAllocations,
 		kindJob:        bucketJobs,
 		kindNetwork:    bucketNetworks,
+		kindService:    bucketServices,
 	}
 }
 
@@ -117,6 +118,8 @@ func decodeKind(kind string, raw []byte) error {
 		v = new(Allocation)
 	case kindNetwork:
 		v = new(Network)
+	case kindService:
+		v = new(Service)
 	default:
 		// Jobs are the agent's JSON: the store only asks that it is JSON.
 		if !json.Valid(raw) {
@@ -128,12 +131,12 @@ func decodeKind(kind string, raw []byte) error {
 }
 
 // DeleteRecord removes one record by kind ("attachment", "allocation",
-// "job", "network") and ID, whatever its bytes: the way out for a damaged
+// "job", "network", "service") and ID, whatever its bytes: the way out for a damaged
 // record. A missing one is not an error.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	bucket, ok := recordKinds()[kind]
 	if !ok {
-		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job or network", kind)
+		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job, network or service", kind)
 	}
 	if err := validID(kind, id); err != nil {
 		return err

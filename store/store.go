@@ -26,7 +26,7 @@ import (
 
 // SchemaVersion is the layout of buckets and records this code reads and
 // writes. Bump it together with a migration in migrations().
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 const (
 	// DBFile is the database in the data dir. Beside it: UsersLockFile,
@@ -66,6 +66,8 @@ var (
 	bucketAllocations = []byte("allocations")
 	bucketJobs        = []byte("jobs")
 	bucketNetworks    = []byte("networks")
+	// bucketServices is the catalog of native services (Service records).
+	bucketServices = []byte("services")
 	// bucketTerminal indexes terminal allocations: one sub-bucket per job,
 	// keys are ModifiedAt (big-endian nanoseconds) followed by the alloc ID,
 	// so the oldest come first and retention never has to scan all allocs.
@@ -75,7 +77,7 @@ var (
 )
 
 func dataBuckets() [][]byte {
-	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal, bucketNetworks}
+	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal, bucketNetworks, bucketServices}
 }
 
 // migrations returns, by the version they migrate FROM, the steps that bring
@@ -95,6 +97,11 @@ func migrations() map[int]func(*bolt.Tx) error {
 				}
 				return putNetwork(tx, &a)
 			})
+		},
+		// 3 adds the catalog of native services, empty.
+		2: func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(bucketServices)
+			return err
 		},
 	}
 }
