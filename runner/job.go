@@ -110,18 +110,29 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 				go func() {
 					defer wg.Done()
 					defer running.Add(-1)
-					a := r.RunAlloc(ctx, job, g, i, o.OnStart)
-					mu.Lock()
-					sum.record(a, &setup, &teardown, &gone)
-					if len(ids) >= maxLeakCheckIDs {
-						// A job that runs for months checks its newest
-						// allocations; the older ones were checked by gc.
-						ids = append(ids[:0], ids[len(ids)/2:]...)
-					}
-					ids = append(ids, a.ID)
-					mu.Unlock()
-					if o.OnAlloc != nil {
-						o.OnAlloc(a)
+					replaces := ""
+					for {
+						a, opStopped := r.runAlloc(ctx, job, g, i, o.OnStart, replaces)
+						mu.Lock()
+						sum.record(a, &setup, &teardown, &gone)
+						if len(ids) >= maxLeakCheckIDs {
+							// A job that runs for months checks its newest
+							// allocations; the older ones were checked by gc.
+							ids = append(ids[:0], ids[len(ids)/2:]...)
+						}
+						ids = append(ids, a.ID)
+						mu.Unlock()
+						if o.OnAlloc != nil {
+							o.OnAlloc(a)
+						}
+						// As Nomad's scheduler: an allocation the operator
+						// stopped is replaced in a service or system job;
+						// a batch job's work is not done twice.
+						if !opStopped || job.RunsToCompletion() || ctx.Err() != nil {
+							break
+						}
+						r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
+						replaces = a.ID
 					}
 				}()
 			}

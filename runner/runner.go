@@ -68,6 +68,9 @@ type Runner struct {
 
 	admit  *admission // nil: no admission
 	starts startPool  // nil: no bound
+
+	liveMu sync.Mutex
+	live   map[string]*allocRun // the allocations in flight, by ID (control.go)
 }
 
 // cachedNet is a network configuration loaded from the config dir. It is
@@ -143,6 +146,11 @@ type allocRun struct {
 	lastExit time.Time
 	started  func(*store.Allocation)
 	lc       *lifecycle
+	// cancel stops the allocation (berth alloc stop); done closes once
+	// RunAlloc returned. opStopped: the operator stopped it (guarded by mu).
+	cancel    context.CancelFunc
+	done      chan struct{}
+	opStopped bool
 
 	mu sync.Mutex // guards alloc
 }
@@ -154,9 +162,25 @@ type allocRun struct {
 // started, if set, is called once the network is up and the tasks are about
 // to start, with the allocation as it then stands (address and ports).
 func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation)) *store.Allocation {
+	al, _ := r.runAlloc(ctx, job, group, index, started, "")
+	return al
+}
+
+// runAlloc is RunAlloc; opStopped reports that the operator stopped the
+// allocation (StopAlloc), replaces names the allocation it replaces.
+func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string) (_ *store.Allocation, opStopped bool) {
 	id := NewAllocID()
 	now := time.Now()
-	a := &allocRun{r: r, job: job, group: group, index: index, started: started}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	r.register(a, id)
+	defer r.unregister(a, id)
+	defer func() {
+		a.mu.Lock()
+		opStopped = a.opStopped
+		a.mu.Unlock()
+	}()
 	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
 	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
@@ -168,22 +192,25 @@ func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
 	}
 	a.event("Received", "allocation created")
+	if replaces != "" {
+		a.event("Replacement", "replaces allocation "+replaces+", stopped by the operator")
+	}
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
 		a.event(EventNotRecorded, err.Error())
 		a.log.Error("could not record the allocation; it does not run", "err", err)
-		return a.alloc
+		return a.alloc, false
 	}
 	release, ok := a.admit(ctx)
 	if !ok {
-		return a.snapshot()
+		return a.snapshot(), false
 	}
 	defer release()
 	fault.Point(fault.BeforeAllocSetup)
 	a.run(ctx)
 	a.timing("total", time.Since(now))
-	return a.snapshot()
+	return a.snapshot(), false
 }
 
 func (a *allocRun) event(typ, msg string) {
@@ -536,6 +563,13 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	var restarts []time.Time
 	for attempt := 0; ; attempt++ {
 		res, err := a.runOnce(ctx, i, drv, dt)
+		if ctx.Err() == nil && a.takeRestart(i) {
+			// Asked by the operator: not a failure, and not counted
+			// against the restart policy (as in Nomad).
+			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
+			a.event2("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+			continue
+		}
 		if ctx.Err() != nil {
 			// Killed because the allocation was stopped, not failed.
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
