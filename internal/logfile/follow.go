@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -147,21 +148,64 @@ func copyToEOF(f *os.File, w io.Writer, buf []byte) (int64, error) {
 	}
 }
 
-// rotated returns dir/name opened anew when it is no longer the file f
-// is (the Rotator renamed f away), or nil.
+// rotated returns the file that follows f in the rotation when f is no
+// longer dir/name (the Rotator renamed it to name.K: the next is name.K-1,
+// or name itself for K = 1), or nil while f is still dir/name. Following
+// the chain, not jumping to dir/name, loses nothing when the writer
+// rotated more than once between two looks.
 func rotated(dir, name string, f *os.File) *os.File {
 	cur, err := f.Stat()
 	if err != nil {
 		return nil
 	}
-	nf, err := OpenBeneath(dir, name, os.O_RDONLY, 0)
-	if err != nil {
+	same := func(n string) (*os.File, bool) {
+		nf, err := OpenBeneath(dir, n, os.O_RDONLY, 0)
+		if err != nil {
+			return nil, false
+		}
+		fi, err := nf.Stat()
+		if err != nil {
+			nf.Close()
+			return nil, false
+		}
+		if os.SameFile(cur, fi) {
+			nf.Close()
+			return nil, true
+		}
+		return nf, false
+	}
+	head, isHead := same(name)
+	if isHead {
 		return nil
 	}
-	fi, err := nf.Stat()
-	if err != nil || os.SameFile(cur, fi) {
-		nf.Close()
+	if head == nil {
+		// The name is between a rename and its new file: next look.
 		return nil
 	}
-	return nf
+	prev := head // name.(k-1), starting with name itself
+	for k := 1; k <= maxRotated; k++ {
+		nf, isF := same(name + "." + strconv.Itoa(k))
+		if isF {
+			if prev != head {
+				head.Close()
+			}
+			return prev
+		}
+		if nf == nil {
+			break
+		}
+		if prev != head {
+			prev.Close()
+		}
+		prev = nf
+	}
+	// f was deleted (rotated past max_files): carry on with the oldest
+	// file left, if other than the newest, else the newest.
+	if prev != head {
+		head.Close()
+	}
+	return prev
 }
+
+// maxRotated bounds the rotated files rotated looks at.
+const maxRotated = 1000
