@@ -58,17 +58,17 @@ Ctrl-C. The task is the argument, -task, or the allocation's only task.`,
 				task = args[1]
 			}
 			fl := cmd.Flags()
-			if fl.Changed("n") && fl.Changed("c") {
+			if fl.Changed("lines") && fl.Changed("bytes") {
 				return errors.New("-n (lines) and -c (bytes) both given: give one")
 			}
-			if (fl.Changed("n") && lines < 1) || (fl.Changed("c") && bytes < 1) {
+			if (fl.Changed("lines") && lines < 1) || (fl.Changed("bytes") && bytes < 1) {
 				return fmt.Errorf("-n %d / -c %d: give a positive number", lines, bytes)
 			}
 			o := api.LogsOptions{Stderr: stderr, Follow: follow}
 			switch {
-			case fl.Changed("c"):
+			case fl.Changed("bytes"):
 				o.TailBytes = bytes
-			case fl.Changed("n") || tail:
+			case fl.Changed("lines") || tail:
 				o.TailLines = lines
 			}
 			_, err := agentCall(cf, func(c *api.Client) (struct{}, error) {
@@ -116,7 +116,7 @@ terminals). The exit status is the command's. Put "--" before the command when i
 				return fmt.Errorf("one allocation before --, got %q: the command comes after --", args[:d])
 			}
 			in := os.Stdin
-			if !cmd.Flags().Changed("t") {
+			if !cmd.Flags().Changed("tty") {
 				tty = stdin && pty.IsTerminal(in) && pty.IsTerminal(os.Stdout)
 			}
 			o := api.ExecOptions{Task: task, Cmd: command, TTY: tty, Stdout: g.stdout, Stderr: g.stderr}
