@@ -70,9 +70,7 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 		return -1, fmt.Errorf("%w: %w", driver.ErrExecSetup, err)
 	}
 	defer replyR.Close()
-	cmd := osexec.Command(bin, supervisor.Binary, "enter")
-	cmd.Path, cmd.Args = bin, []string{supervisor.Binary, "enter"}
-	cmd.Env = []string{"GOMAXPROCS=1"}
+	cmd := &osexec.Cmd{Path: bin, Args: []string{supervisor.Binary, "enter"}, Env: []string{"GOMAXPROCS=1"}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
 	cmd.ExtraFiles = append([]*os.File{specFile, replyW}, t.files[:]...)
 	err = cmd.Start()
