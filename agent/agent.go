@@ -81,6 +81,13 @@ type Agent struct {
 	gcMu    sync.Mutex  // one garbage collection at a time
 	runs    sync.WaitGroup
 
+	// drainReq is closed by a drain request (API, `berth agent drain`):
+	// Run then stops every workload before it exits, whatever
+	// drain_on_shutdown says; drained is closed once that is done.
+	drainReq  chan struct{}
+	drainOnce sync.Once
+	drained   chan struct{}
+
 	mu          sync.Mutex // guards what follows
 	jobs        map[string]*jobRun
 	draining    bool
@@ -101,6 +108,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, set: set, log: logger, version: "dev",
 		ready: make(chan struct{}), reconciled: make(chan struct{}), jobs: map[string]*jobRun{},
+		drainReq: make(chan struct{}), drained: make(chan struct{}),
 		reconciling: true,
 		rejects:     &rejectLog{log: logger, every: time.Minute},
 	}
@@ -187,7 +195,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("closing drivers and store", "err", err)
 		}
 	}()
-	a.runner = n.Runner()
+	a.runner = n.AgentRunner()
 	a.jobsCtx = context.WithoutCancel(ctx)
 
 	// Serve first, reconcile in the background: an agent with a big store
@@ -227,9 +235,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("berth agent ready (reconciling in the background)", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", cfg.DataDir, "pid", os.Getpid())
 
 	var runErr error
+	drain := a.cfg.DrainOnShutdown
 	select {
 	case <-ctx.Done():
-		a.log.Info("shutting down: stopping jobs, tearing their networks down", "reason", context.Cause(ctx))
+		if drain {
+			a.log.Info("shutting down (drain_on_shutdown): stopping jobs, tearing their networks down", "reason", context.Cause(ctx))
+		} else {
+			a.log.Info("shutting down: workloads keep running for the next agent (berth agent drain stops them)", "reason", context.Cause(ctx))
+		}
+	case <-a.drainReq:
+		drain = true
+		a.log.Info("draining on request: stopping jobs, tearing their networks down, then exiting")
 	case err := <-serveErr:
 		runErr = fmt.Errorf("API server: %w", err)
 		a.log.Error("API server failed; shutting down", "err", err)
@@ -241,7 +257,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopBG()
 	<-bgDone
 	<-nomadDone
-	a.drain()
+	if drain {
+		a.drain()
+	} else {
+		a.detach()
+	}
+	close(a.drained)
 
 	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
 	defer cancel()
@@ -293,6 +314,39 @@ func (a *Agent) drain() {
 		a.log.Info("waiting for jobs to stop", "jobs", len(running))
 	}
 	a.runs.Wait()
+}
+
+// detach stops launching and lets every run return without stopping
+// anything: tasks keep running, networks stay, each allocation recorded
+// for the next agent on the data dir to re-adopt (an upgrade is: stop,
+// replace the binary, start). Jobs stay "running" in the store.
+func (a *Agent) detach() {
+	a.mu.Lock()
+	a.draining = true
+	n := 0
+	for _, jr := range a.jobs {
+		if jr.cancel != nil {
+			n++
+		}
+	}
+	a.mu.Unlock()
+	a.runner.Detach()
+	a.runs.Wait()
+	if n > 0 {
+		a.log.Info("left running for the next agent", "jobs", n)
+	}
+}
+
+// requestDrain asks Run to drain and exit; it returns once the drain is
+// done (or ctx ends).
+func (a *Agent) requestDrain(ctx context.Context) error {
+	a.drainOnce.Do(func() { close(a.drainReq) })
+	select {
+	case <-a.drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (a *Agent) isDraining() bool {

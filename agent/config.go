@@ -54,6 +54,11 @@ type Config struct {
 	// tasks and networks to be gone before answering 202.
 	StopTimeout string `hcl:"stop_timeout,optional" help:"how long a job stop request waits for tasks and networks to be gone"`
 
+	// DrainOnShutdown makes SIGTERM/SIGINT stop every workload before the
+	// agent exits, as `berth agent drain` does; by default they keep
+	// running and the next agent re-adopts them.
+	DrainOnShutdown bool `hcl:"drain_on_shutdown,optional" help:"on SIGTERM/SIGINT stop every workload and tear its network down before exiting (default: leave them running for the next agent)"`
+
 	API *APIConfig `hcl:"api,block"`
 	// Nomad, when present, makes the agent reclaim what Nomad leaves on
 	// this node (see package nomad): a full reconcile at start and every

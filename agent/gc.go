@@ -23,6 +23,9 @@ func (a *Agent) collect(ctx context.Context, why string, req api.GCRequest, forc
 	// agent.
 	o := a.node.GCOptions()
 	o.DryRun = dryRun
+	// This agent re-adopted (claimed) what it could before its first
+	// collection: what a stopped agent left and no one claimed is garbage.
+	o.ReclaimDetached = true
 	o.IgnoreBackoff = force
 	o.TidyIdle = tidyIdle(force)
 	o.ForeignPrefixes = req.ForeignPrefixes

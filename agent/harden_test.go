@@ -549,6 +549,7 @@ func BenchmarkAgentAnswersWith50000Allocations(b *testing.B) {
 		cfg := DefaultConfig()
 		cfg.DataDir, cfg.LockDir = filepath.Join(dir, "data"), filepath.Join(dir, "lock")
 		cfg.GCMode, cfg.GCInterval = GCRecords, "0"
+		cfg.DrainOnShutdown = true
 		cfg.API = &APIConfig{Socket: filepath.Join(dir, "b.sock")}
 		seedAllocations(b, cfg.DataDir, 50000)
 		a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))

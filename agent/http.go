@@ -36,6 +36,7 @@ func (a *Agent) routes() http.Handler {
 	rs := []route{
 		{http.MethodGet, "/v1/health", a.handleHealth},
 		{http.MethodGet, "/v1/agent/self", a.handleSelf},
+		{http.MethodPost, "/v1/agent/drain", a.handleDrain},
 		{http.MethodGet, "/v1/jobs", a.handleJobs},
 		{http.MethodPost, "/v1/jobs", a.handleSubmit},
 		{http.MethodPost, "/v1/jobs/plan", a.handlePlan},
@@ -218,6 +219,22 @@ func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, self)
+}
+
+// handleDrain starts a drain: every job stopped, every network torn
+// down, then the agent exits. It answers at once (a drain lasts as long
+// as the slowest kill_timeout); the client waits for the agent to go.
+func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	n := 0
+	for _, jr := range a.jobs {
+		if jr.cancel != nil {
+			n++
+		}
+	}
+	a.mu.Unlock()
+	go func() { _ = a.requestDrain(context.WithoutCancel(r.Context())) }()
+	writeJSON(w, http.StatusAccepted, api.DrainResponse{Draining: true, Jobs: n, PID: os.Getpid()})
 }
 
 func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {

@@ -54,7 +54,10 @@ type jobRecord struct {
 	SubmittedAt time.Time  `json:"submitted_at"`
 	Status      string     `json:"status"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
-	Error       string     `json:"error,omitempty"`
+	// LastLaunch is a periodic job's last launch: after a restart the
+	// schedule goes on from it (a missed launch runs once, none twice).
+	LastLaunch *time.Time `json:"last_launch,omitempty"`
+	Error      string     `json:"error,omitempty"`
 	// The variables it was submitted with, to parse it again alike.
 	jobVars
 	// A dispatched child keeps its parent's source and variables, and
@@ -67,8 +70,11 @@ type jobRecord struct {
 // jobRun is a job the agent knows, running or not. Fields are guarded by
 // Agent.mu.
 type jobRun struct {
-	rec     jobRecord
-	job     *jobspec.Job // nil if the stored source no longer parses
+	rec jobRecord
+	job *jobspec.Job // nil if the stored source no longer parses
+	// adopt are the allocations a previous agent left running, claimed
+	// at start, that this run resumes.
+	adopt   []*store.Allocation
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the run has finished (nil if never started)
 	summary *runner.Summary
@@ -139,10 +145,34 @@ func nextLaunches(j *jobspec.Job, n int) []time.Time {
 }
 
 // resumes reports whether a job that was running when the agent stopped
-// runs again at start: periodic and service jobs do; a batch job's
-// interrupted allocations are lost, and rerunning it could repeat work.
-func resumes(j *jobspec.Job) bool {
-	return !j.RunsToCompletion() || (j.Periodic != nil && j.Periodic.Enabled)
+// runs again at start: periodic and service jobs do, and a batch job
+// whose allocations the last agent left running (they are re-adopted;
+// what had finished is not rerun).
+func resumes(j *jobspec.Job, adopted int) bool {
+	return !j.RunsToCompletion() || (j.Periodic != nil && j.Periodic.Enabled) || adopted > 0
+}
+
+// claimAllocs takes over the allocations of job a previous agent left
+// (killed, or stopped without draining): recorded as this agent's before
+// the reconcile at start, which would otherwise take them for orphans.
+func (a *Agent) claimAllocs(ctx context.Context, jobID string, log *slog.Logger) []*store.Allocation {
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: jobID, NonTerminal: true})
+	if err != nil {
+		log.Error("cannot read the job's allocations; none re-adopted", "err", err)
+		return nil
+	}
+	var out []*store.Allocation
+	for _, al := range allocs {
+		if !runner.Adoptable(al) {
+			continue
+		}
+		if err := a.runner.Claim(ctx, al); err != nil {
+			log.Error("allocation not re-adopted", "alloc_id", al.ID, "err", err)
+			continue
+		}
+		out = append(out, al)
+	}
+	return out
 }
 
 // resumeJobs loads the stored jobs and starts those that resume.
@@ -163,10 +193,13 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		job, perr := a.parseRecord(ctx, rec)
 		jr.job = job
 		if rec.Status == api.JobRunning {
+			if perr == nil {
+				jr.adopt = a.claimAllocs(ctx, rec.ID, log)
+			}
 			switch {
 			case perr != nil:
 				jr.rec.Error = "could not resume after an agent restart: " + perr.Error()
-			case !resumes(job):
+			case !resumes(job, len(jr.adopt)):
 				jr.rec.Error = "interrupted by an agent restart; batch jobs are not rerun (submit it again)"
 			}
 			if jr.rec.Error != "" {
@@ -180,7 +213,7 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		a.jobs[rec.ID] = jr
 		a.mu.Unlock()
 		if jr.rec.Status == api.JobRunning {
-			log.Info("resuming job after agent restart", "type", job.Type)
+			log.Info("resuming job after agent restart", "type", job.Type, "allocations_re_adopted", len(jr.adopt))
 			if err := a.start(jr); err != nil {
 				return
 			}
@@ -230,8 +263,27 @@ func (a *Agent) start(jr *jobRun) error {
 			return
 		}
 		log.Info("job started", "type", job.Type, "groups", len(job.Groups))
-		sum, err := a.runner.RunJob(ctx, job, runner.RunOptions{OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) }})
-		natural := ctx.Err() == nil
+		a.mu.Lock()
+		o := runner.RunOptions{
+			OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) },
+			Adopt:   jr.adopt,
+			Resume:  jr.adopt != nil,
+			OnLaunch: func(t time.Time) {
+				a.mu.Lock()
+				jr.rec.LastLaunch = &t
+				rec := jr.rec
+				a.mu.Unlock()
+				a.putJob(ctx, rec)
+			},
+		}
+		if jr.rec.LastLaunch != nil {
+			o.LastLaunch = *jr.rec.LastLaunch
+		}
+		jr.adopt = nil
+		a.mu.Unlock()
+		sum, err := a.runner.RunJob(ctx, job, o)
+		// A detach (agent stopped without draining) is no end of the job.
+		natural := ctx.Err() == nil && !a.runner.Detached()
 		if err != nil {
 			log.Error("job run failed", "err", err)
 		}

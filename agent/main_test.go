@@ -93,6 +93,10 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 	cfg.GCMode = GCRecords
 	cfg.GCInterval = "0"
 	cfg.StopTimeout = "3m"
+	// In-process agents stop with their test: they drain, leaving nothing.
+	// The binary's tests (writeConfig) use the default, leaving workloads
+	// to the next agent.
+	cfg.DrainOnShutdown = true
 	cfg.LogLevel = "debug"
 	cfg.Bridge = &node.Bridge{Network: "btag-br-" + testenv.RandSuffix(6), Iface: "btag" + testenv.RandSuffix(6), Subnet: "10.199.89.0/24"}
 	cfg.API = &APIConfig{Socket: filepath.Join(dir, "b.sock")}

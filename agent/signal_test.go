@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 type agentProc struct {
 	t    *testing.T
 	cfg  string
+	sock string
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *os.File
@@ -73,7 +73,7 @@ func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agen
 	cmd := exec.Command(berthBin, "agent", "-config", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	testenv.Must(t, cmd.Start())
-	p := &agentProc{t: t, cfg: cfgPath, cmd: cmd, done: make(chan struct{}), log: logf}
+	p := &agentProc{t: t, cfg: cfgPath, sock: e.cfg.API.Socket, cmd: cmd, done: make(chan struct{}), log: logf}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)
@@ -150,13 +150,34 @@ func (p *agentProc) signal(sig syscall.Signal, wait time.Duration) (*os.ProcessS
 	}
 }
 
+// terminate drains the agent (SIGTERM alone leaves its workloads
+// running) and waits for it to exit.
 func (p *agentProc) terminate() {
 	if p.exited() {
 		return
 	}
-	if _, err := p.signal(syscall.SIGTERM, 5*time.Minute); err != nil {
-		p.t.Errorf("cleanup: %v; killing it", err)
-		_, _ = p.signal(syscall.SIGKILL, time.Minute)
+	if err := p.drain(); err != nil {
+		p.t.Errorf("cleanup: drain: %v; sending SIGTERM", err)
+		if _, err := p.signal(syscall.SIGTERM, 5*time.Minute); err != nil {
+			p.t.Errorf("cleanup: %v; killing it", err)
+			_, _ = p.signal(syscall.SIGKILL, time.Minute)
+		}
+	}
+}
+
+// drain runs `berth agent drain` against the agent and waits for it to
+// exit.
+func (p *agentProc) drain() error {
+	cmd := exec.Command(berthBin, "agent", "drain", "--address", "unix://"+p.sock, "--wait", "5m")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("berth agent drain: %v: %s", err, out)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("agent pid %d still running after the drain", p.cmd.Process.Pid)
 	}
 }
 
@@ -222,128 +243,8 @@ func taskGone(t *testing.T, h *api.TaskHandle) bool {
 
 func signalDrivers(t *testing.T) []string {
 	if _, err := exec.LookPath("podman"); err == nil && exec.Command("podman", "image", "exists", "localhost/busybox:latest").Run() == nil {
-		return []string{"raw_exec", "podman"}
+		return []string{"raw_exec", "exec", "podman"}
 	}
 	t.Log("podman or localhost/busybox:latest missing (scripts/setup.sh): the podman cases are skipped")
-	return []string{"raw_exec"}
-}
-
-// SIGTERM drains: a running service's task is stopped within its
-// kill_timeout, its namespace torn down, and the agent exits 0 leaving
-// nothing: no socket, no attachment record.
-func TestSIGTERMDrains(t *testing.T) {
-	t.Parallel()
-	for i, drv := range signalDrivers(t) {
-		t.Run(drv, func(t *testing.T) {
-			e := newTestEnv(t, fmt.Sprintf("10.199.%d.0/24", 72+i))
-			c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
-			testenv.Must(t, err)
-			defer c.Close()
-			p := e.startBinary(t, e.writeConfig(t), c)
-			_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, serviceJob(drv))), "svc.hcl")
-			testenv.Must(t, err)
-			a := runningAlloc(t, c, "btag-svc")
-			h := a.Tasks[0].Handle
-			if taskGone(t, h) || !netnsExists(a.Network.NetnsPath) {
-				t.Fatalf("task or namespace not there while running: %+v %+v", h, a.Network)
-			}
-
-			st, err := p.signal(syscall.SIGTERM, 3*time.Minute)
-			testenv.Must(t, err)
-			if st.ExitCode() != 0 {
-				t.Errorf("agent exit status %v after SIGTERM, want 0", st)
-			}
-			if !taskGone(t, h) {
-				t.Errorf("task %+v still running after the drain", h)
-			}
-			if netnsExists(a.Network.NetnsPath) {
-				t.Errorf("namespace %s left after the drain", a.Network.NetnsPath)
-			}
-			if _, err := os.Lstat(e.cfg.API.Socket); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("API socket left after the drain: %v", err)
-			}
-			stor, err := store.Open(context.Background(), e.cfg.DataDir, store.Options{})
-			testenv.Must(t, err)
-			defer stor.Close()
-			recs, _ := stor.ListAttachments(context.Background())
-			if len(recs) != 0 {
-				t.Errorf("%d attachment records left", len(recs))
-			}
-			got, err := stor.GetAllocation(context.Background(), a.ID)
-			testenv.Must(t, err)
-			if got.Status != store.AllocComplete {
-				t.Errorf("drained allocation is %s (%s), want complete", got.Status, got.StatusDesc)
-			}
-		})
-	}
-}
-
-// SIGKILL leaves the task and its namespace; the next agent's reconcile
-// stops the task, tears the namespace down and marks the allocation lost,
-// then resumes the service with a new allocation.
-func TestSIGKILLThenRestartReconciles(t *testing.T) {
-	t.Parallel()
-	for i, drv := range signalDrivers(t) {
-		t.Run(drv, func(t *testing.T) {
-			e := newTestEnv(t, fmt.Sprintf("10.199.%d.0/24", 74+i))
-			c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
-			testenv.Must(t, err)
-			defer c.Close()
-			cfgPath := e.writeConfig(t)
-			p := e.startBinary(t, cfgPath, c)
-			_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, serviceJob(drv))), "svc.hcl")
-			testenv.Must(t, err)
-			old := runningAlloc(t, c, "btag-svc")
-			h := old.Tasks[0].Handle
-
-			if _, err := p.signal(syscall.SIGKILL, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			// Nothing cleaned up after a SIGKILL: that is the next start's job.
-			if taskGone(t, h) || !netnsExists(old.Network.NetnsPath) {
-				t.Fatalf("after SIGKILL the task (gone %v) and namespace (exists %v) should still be there", taskGone(t, h), netnsExists(old.Network.NetnsPath))
-			}
-			if _, err := os.Lstat(e.cfg.API.Socket); err != nil {
-				t.Fatalf("a killed agent leaves its socket; it is gone: %v", err)
-			}
-
-			// The stale socket is replaced; startBinary waits for the
-			// reconcile, which runs while the API answers.
-			e.startBinary(t, cfgPath, c)
-			if !taskGone(t, h) {
-				t.Errorf("task %+v of the killed agent still runs after the restart", h)
-			}
-			if netnsExists(old.Network.NetnsPath) {
-				t.Errorf("namespace %s of the killed agent still exists after the restart", old.Network.NetnsPath)
-			}
-			got, err := c.Allocation(context.Background(), old.ID)
-			testenv.Must(t, err)
-			if got.Status != api.AllocLost {
-				t.Errorf("allocation of the killed agent is %s, want lost", got.Status)
-			}
-			self, err := c.Self(context.Background())
-			testenv.Must(t, err)
-			if self.LastGC == nil || len(self.LastGC.Reclaimed) == 0 {
-				t.Errorf("the reconcile at start reclaimed nothing: %+v", self.LastGC)
-			}
-			nsl, err := c.Namespaces(context.Background())
-			testenv.Must(t, err)
-			for _, ns := range nsl {
-				if ns.Name == old.ID {
-					t.Errorf("namespace of the lost allocation still listed: %+v", ns)
-				}
-			}
-
-			// The service resumed; stopping it leaves nothing.
-			cur := runningAlloc(t, c, "btag-svc")
-			if cur.ID == old.ID {
-				t.Fatalf("no new allocation after the restart")
-			}
-			st, err := c.StopJob(context.Background(), "btag-svc")
-			testenv.Must(t, err)
-			if !st.Stopped || netnsExists(cur.Network.NetnsPath) || !taskGone(t, cur.Tasks[0].Handle) {
-				t.Errorf("stop after restart: %+v; netns exists %v", st, netnsExists(cur.Network.NetnsPath))
-			}
-		})
-	}
+	return []string{"raw_exec", "exec"}
 }

@@ -50,7 +50,7 @@ func wireAlloc(a *store.Allocation) *api.Allocation {
 	out := &api.Allocation{
 		ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.Group,
 		Status: string(a.Status), StatusDesc: a.StatusDesc,
-		OwnerPID: a.OwnerPID, OwnerStartTime: a.OwnerStartTime,
+		OwnerPID: a.OwnerPID, OwnerStartTime: a.OwnerStartTime, Index: a.Index, Detached: a.Detached,
 		CreatedAt: a.CreatedAt, ModifiedAt: a.ModifiedAt,
 		Timings:         wireTimings(a.TimingsMS),
 		TeardownRetries: a.TeardownRetries, Holders: slices.Clone(a.Holders),

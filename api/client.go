@@ -246,6 +246,14 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 	return &h, err
 }
 
+// Drain asks the agent to stop every job, tear their networks down and
+// exit; it returns once the agent has accepted (see WaitGone).
+func (c *Client) Drain(ctx context.Context) (*DrainResponse, error) {
+	var d DrainResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/agent/drain", nil, &d)
+	return &d, err
+}
+
 // Self describes the agent and its configuration.
 func (c *Client) Self(ctx context.Context) (*AgentSelf, error) {
 	var s AgentSelf

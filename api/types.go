@@ -100,6 +100,14 @@ type Health struct {
 	Reconciling bool `json:"reconciling,omitempty"`
 }
 
+// DrainResponse answers POST /v1/agent/drain: the agent stops every job
+// (Jobs were running), tears their networks down, and exits.
+type DrainResponse struct {
+	Draining bool `json:"draining"`
+	Jobs     int  `json:"jobs"`
+	PID      int  `json:"pid"`
+}
+
 // AgentSelf is GET /v1/agent/self.
 type AgentSelf struct {
 	Version   string    `json:"version"` // berth's version
@@ -348,11 +356,16 @@ type Allocation struct {
 	// OwnerPID and OwnerStartTime name the berth process running the
 	// allocation (the start time in clock ticks since boot tells a reused
 	// PID apart).
-	OwnerPID       int       `json:"owner_pid,omitempty"`
-	OwnerStartTime uint64    `json:"owner_start_time,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	ModifiedAt     time.Time `json:"modified_at"`
-	Timings        *Timings  `json:"timings_ms,omitempty"` // absent until something was timed
+	OwnerPID       int    `json:"owner_pid,omitempty"`
+	OwnerStartTime uint64 `json:"owner_start_time,omitempty"`
+	// Index is its index in the group (NOMAD_ALLOC_INDEX).
+	Index int `json:"index,omitempty"`
+	// Detached: a stopped agent left it running for the next agent to
+	// re-adopt.
+	Detached   bool      `json:"detached,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	ModifiedAt time.Time `json:"modified_at"`
+	Timings    *Timings  `json:"timings_ms,omitempty"` // absent until something was timed
 	// TeardownRetries counts namespace removals that found it busy or had
 	// to retry; Holders are who held it (Holder strings).
 	TeardownRetries int      `json:"teardown_retries,omitempty"`

@@ -29,10 +29,13 @@ func newAgentCmd(g *Globals) *cobra.Command {
 		Short: "Run berth as a service: run submitted jobs, serve the HTTP API and /metrics, collect garbage",
 		Long: `Run berth as a long-running agent. It owns the data dir, reconciles what a
 previous agent left (tasks of a killed agent, half-made or pending teardowns),
-resumes periodic and service jobs, serves the HTTP API on a unix socket (mode
-0600) and optionally on TCP with a bearer token, and collects garbage
-periodically. SIGTERM or SIGINT drains: no new launches, every task stopped
-within its kill_timeout, every network torn down, exit 0.
+re-adopts the allocations a previous agent left running (tasks re-attached,
+namespaces CHECKed and healed), resumes periodic and service jobs, serves the
+HTTP API on a unix socket (mode 0600) and optionally on TCP with a bearer
+token, and collects garbage periodically. SIGTERM or SIGINT stops the agent
+and leaves its workloads running for the next agent (an upgrade: stop,
+replace the binary, start); 'berth agent drain' (or drain_on_shutdown = true)
+stops every task within its kill_timeout and tears every network down first.
 
 Settings come from the HCL file given with -config (see
 examples/agent/berth.hcl); every setting but api.token is also a flag, named
@@ -87,6 +90,7 @@ a flag given on the command line wins over the file. Both -config and
 	var nomadAddr, nomadGrace string
 	f.StringVar(&nomadAddr, "nomad-address", "", "reclaim what Nomad leaves on this node, asking this node's Nomad client agent at this address (as a nomad block; other settings from NOMAD_* variables)")
 	f.StringVar(&nomadGrace, "nomad-grace-period", "", "with a nomad block: reclaim what Nomad no longer knows once its evidence is older than this (default 1h)")
+	cmd.AddCommand(newAgentDrainCmd(g))
 	applyNomad = func(cfg *agent.Config) {
 		if nomadAddr == "" && nomadGrace == "" {
 			return

@@ -16,7 +16,7 @@ import (
 )
 
 func newGCCmd(g *Globals) *cobra.Command {
-	var dryRun bool
+	var dryRun, detached bool
 	var prefixes, networks, only []string
 	var nf nomadFlags
 	cmd := &cobra.Command{
@@ -68,6 +68,7 @@ nothing is touched and gc exits 1.`,
 			defer g.closeNode(ctx, n)
 			opts := n.GCOptions()
 			opts.DryRun = dryRun
+			opts.ReclaimDetached = detached
 			opts.IgnoreBackoff = true
 			opts.ForeignPrefixes = prefixes
 			opts.ForeignNetworks = networks
@@ -92,6 +93,7 @@ nothing is touched and gc exits 1.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be reclaimed and change nothing")
+	f.BoolVar(&detached, "detached", false, "also reclaim the allocations a stopped agent left running for the next agent to re-adopt (stops their tasks)")
 	f.StringArrayVar(&prefixes, "foreign-prefix", nil, "also reclaim namespaces in --netns-dir whose name starts with this prefix (repeatable; e.g. for a host another orchestrator left dirty)")
 	f.StringArrayVar(&networks, "foreign-network", nil, "also reclaim attachments of this CNI network that berth has no record of (repeatable)")
 	f.StringArrayVar(&only, "only", nil, "limit the sweep to this container ID or namespace name, e.g. one allocation (repeatable); berth's records are then not replayed")

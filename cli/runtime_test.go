@@ -114,6 +114,7 @@ func startAgent(t *testing.T) string {
 	cfg.CNIPath = []string{testenv.ReferencePlugins}
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
+	cfg.DrainOnShutdown = true // stopped with the test: leave nothing
 	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: "10.199.135.0/24"}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), agent.WithVersion("test"))

@@ -449,6 +449,7 @@ func TestPrometheusScrapesAgent(t *testing.T) {
 	// this shared host. No periodic run: only the test's gc runs count.
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
+	cfg.DrainOnShutdown = true // stopped with the test: leave nothing
 	cfg.Bridge = &node.Bridge{Network: "btex-br-" + testenv.RandSuffix(6), Iface: "btex" + testenv.RandSuffix(6), Subnet: "10.199.161.0/24"}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock"), TCPAddress: "127.0.0.1:0", TokenFile: tokenFile}
 	a := startAgent(t, cfg, filepath.Join(dir, "agent.log"))

@@ -61,7 +61,7 @@ func mustAllExit0(t *testing.T, what string, rs []result) {
 func (e *env) startAgent(t *testing.T) (socket string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "berth.sock")
-	args := append(e.flags(e.dataDir), "agent", "--api-socket", sock, "--gc-interval", "100ms")
+	args := append(e.flags(e.dataDir), "agent", "--api-socket", sock, "--gc-interval", "100ms", "--drain-on-shutdown")
 	cmd := exec.Command(berthBin, args...)
 	stderr, err := cmd.StderrPipe()
 	testenv.Must(t, err)

@@ -114,6 +114,10 @@ type Options struct {
 	OpenDriver func(ctx context.Context, name string) (driver.Driver, error)
 	// DryRun reports what would be reclaimed and changes nothing.
 	DryRun bool
+	// ReclaimDetached also reclaims the allocations a stopping agent left
+	// running for the next one (store.Allocation.Detached); without it
+	// they are kept. An agent sets it once it has re-adopted its own.
+	ReclaimDetached bool
 	// IgnoreBackoff retries pending teardowns now, even before their
 	// NextAttempt (an operator's explicit `berth gc`).
 	IgnoreBackoff bool

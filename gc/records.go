@@ -93,6 +93,10 @@ func (r *run) stopOrphan(ctx context.Context, a *store.Allocation, as *allocStat
 	if ownerAlive(a.OwnerPID, a.OwnerStartTime) {
 		return it, false
 	}
+	if a.Detached && !r.o.ReclaimDetached {
+		r.kept(Item{Kind: KindAllocOwner, ID: a.ID, Reason: "allocation was left running by a stopped agent for the next one: `berth agent` re-adopts it, `berth gc --detached` reclaims it"})
+		return it, false
+	}
 	it = Item{Kind: KindAllocOwner, ID: a.ID, Reason: fmt.Sprintf("allocation is %s but its %s: stop its tasks, mark it lost", a.Status, describeOwner(a.OwnerPID, a.OwnerStartTime))}
 	r.found(it)
 	if r.o.DryRun {

@@ -194,8 +194,20 @@ func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 // Runner runs allocations with the node's store, attachment manager and
 // drivers; it needs Open.
 func (n *Node) Runner() *runner.Runner {
+	return runner.New(n.runnerOptions())
+}
+
+// AgentRunner is Runner for an agent: its allocations may be re-adopted
+// by the next agent on the data dir (runner.Options.Agent).
+func (n *Node) AgentRunner() *runner.Runner {
+	o := n.runnerOptions()
+	o.Agent = true
+	return runner.New(o)
+}
+
+func (n *Node) runnerOptions() runner.Options {
 	capa := n.Capacity
-	return runner.New(runner.Options{
+	return runner.Options{
 		Attach:         n.Attach,
 		Store:          n.Store,
 		Drivers:        n.Drivers,
@@ -209,7 +221,7 @@ func (n *Node) Runner() *runner.Runner {
 		Capacity:       &capa,
 		StartWorkers:   n.Config.Client.StartWorkers,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
-	})
+	}
 }
 
 // GCOptions are gc's options over this node (after Open or

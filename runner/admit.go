@@ -18,6 +18,9 @@ const (
 	// EventNotRecorded: the store refused a write of the allocation (a
 	// full disk): what the store shows of it is stale or missing.
 	EventNotRecorded = "Not Recorded"
+	// EventDetached: the agent stopped without draining and left the
+	// allocation as it was, for the next agent.
+	EventDetached = "Detached"
 )
 
 // admit waits until the node has room for the allocation (its record
@@ -42,7 +45,7 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 		a.save(ctx)
 	})
 	if err != nil {
-		a.stoppedQueued(ctx)
+		a.notAdmitted(ctx)
 		return nil, false
 	}
 	if waited {
@@ -54,7 +57,7 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 	slot, err := r.starts.acquire(ctx)
 	if err != nil {
 		give()
-		a.stoppedQueued(ctx)
+		a.notAdmitted(ctx)
 		return nil, false
 	}
 	started := a.started
@@ -65,6 +68,17 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 		}
 	}
 	return func() { slot(); give() }, true
+}
+
+// notAdmitted records an allocation that waited for admission until it
+// was stopped, or until the runner detached (then the next agent admits
+// it).
+func (a *allocRun) notAdmitted(ctx context.Context) {
+	if a.r.detached() {
+		a.detachRecord(ctx)
+		return
+	}
+	a.stoppedQueued(ctx)
 }
 
 // stoppedQueued records an allocation stopped before it was admitted: it
@@ -109,4 +123,18 @@ func (r *Runner) Used() Demand {
 		return Demand{}
 	}
 	return r.admit.Used()
+}
+
+// admitForce counts a re-adopted allocation's resources without waiting:
+// it already runs (the last agent admitted it). The returned func gives
+// them back.
+func (r *Runner) admitForce(g *jobspec.Group) (release func()) {
+	if r.admit == nil {
+		return func() {}
+	}
+	d := r.admit.capa.GroupDemand(g)
+	r.admit.mu.Lock()
+	r.admit.used = r.admit.used.add(d)
+	r.admit.mu.Unlock()
+	return r.admit.releaser(d)
 }

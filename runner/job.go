@@ -39,6 +39,20 @@ type RunOptions struct {
 	OnSchedule func(launches int, next time.Time)
 	// Now and After let tests drive the periodic clock.
 	Now func() time.Time
+
+	// Adopt are allocations of this job a previous agent left running
+	// (claimed with Runner.Claim): they are resumed (AdoptAlloc) in their
+	// slots instead of new ones. With Resume, a batch job launches nothing
+	// new: what it had finished stays finished.
+	Adopt  []*store.Allocation
+	Resume bool
+	// LastLaunch is a periodic job's last launch before a restart: the
+	// schedule goes on from it, and a launch missed meanwhile runs once at
+	// start (as Nomad's periodic dispatcher does), never twice.
+	LastLaunch time.Time
+	// OnLaunch is told each periodic launch's time, to be kept as the
+	// next LastLaunch.
+	OnLaunch func(time.Time)
 }
 
 // Summary is what a run did.
@@ -61,6 +75,9 @@ type Summary struct {
 	Leaks           []string `json:"leaks"`
 	Duration        float64  `json:"duration_s"`
 	Failed          []string `json:"failed_allocations,omitempty"`
+	// Detached counts the allocations left running for the next agent
+	// (Runner.Detach); they are not in ByStatus.
+	Detached int `json:"detached,omitempty"`
 }
 
 // OK reports whether every allocation succeeded and nothing leaked.
@@ -99,44 +116,86 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		setup, teardown, gone quantiles
 	)
 	sum := &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}
+	done := func(a *store.Allocation) {
+		mu.Lock()
+		if a.Detached {
+			// Still running: neither finished nor to leak-check.
+			sum.Detached++
+			mu.Unlock()
+			return
+		}
+		sum.record(a, &setup, &teardown, &gone)
+		if len(ids) >= maxLeakCheckIDs {
+			// A job that runs for months checks its newest
+			// allocations; the older ones were checked by gc.
+			ids = append(ids[:0], ids[len(ids)/2:]...)
+		}
+		ids = append(ids, a.ID)
+		mu.Unlock()
+		if o.OnAlloc != nil {
+			o.OnAlloc(a)
+		}
+	}
+	// runSlot runs the allocation first starts in slot (g, i) and, as
+	// Nomad's scheduler does, replaces it when the operator stopped it in a
+	// service or system job; a batch job's work is not done twice.
+	runSlot := func(g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
+		a, opStopped := first()
+		for {
+			done(a)
+			if !opStopped || a.Detached || job.RunsToCompletion() || ctx.Err() != nil {
+				return
+			}
+			r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
+			a, opStopped = r.runAlloc(ctx, job, g, i, o.OnStart, a.ID)
+		}
+	}
+	// The adopted allocations run in their slots; their counter is the
+	// previous launch's for prohibit_overlap.
+	type slot struct {
+		group string
+		index int
+	}
+	adopted := map[slot]bool{}
+	var adoptedRunning *atomic.Int64
+	if len(o.Adopt) > 0 {
+		adoptedRunning = new(atomic.Int64)
+	}
+	for _, rec := range o.Adopt {
+		g := groupNamed(job, rec.Group)
+		adopted[slot{rec.Group, rec.Index}] = true
+		wg.Add(1)
+		adoptedRunning.Add(1)
+		go func() {
+			defer wg.Done()
+			defer adoptedRunning.Add(-1)
+			if g == nil {
+				done(r.Abandon(ctx, job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
+				return
+			}
+			runSlot(g, rec.Index, func() (*store.Allocation, bool) { return r.adoptAlloc(ctx, job, g, rec, o.OnStart) })
+		}()
+	}
 	// launch starts every allocation of one launch; the counter it
 	// returns reaches zero when all of them have finished.
+	first := true
 	launch := func() *atomic.Int64 {
 		running := new(atomic.Int64)
 		for _, g := range job.Groups {
 			for i := 0; i < g.Count; i++ {
+				if first && job.Periodic == nil && adopted[slot{g.Name, i}] {
+					continue
+				}
 				wg.Add(1)
 				running.Add(1)
 				go func() {
 					defer wg.Done()
 					defer running.Add(-1)
-					replaces := ""
-					for {
-						a, opStopped := r.runAlloc(ctx, job, g, i, o.OnStart, replaces)
-						mu.Lock()
-						sum.record(a, &setup, &teardown, &gone)
-						if len(ids) >= maxLeakCheckIDs {
-							// A job that runs for months checks its newest
-							// allocations; the older ones were checked by gc.
-							ids = append(ids[:0], ids[len(ids)/2:]...)
-						}
-						ids = append(ids, a.ID)
-						mu.Unlock()
-						if o.OnAlloc != nil {
-							o.OnAlloc(a)
-						}
-						// As Nomad's scheduler: an allocation the operator
-						// stopped is replaced in a service or system job;
-						// a batch job's work is not done twice.
-						if !opStopped || job.RunsToCompletion() || ctx.Err() != nil {
-							break
-						}
-						r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
-						replaces = a.ID
-					}
+					runSlot(g, i, func() (*store.Allocation, bool) { return r.runAlloc(ctx, job, g, i, o.OnStart, "") })
 				}()
 			}
 		}
+		first = false
 		sum.Launches++
 		return running
 	}
@@ -146,19 +205,38 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			o.OnSchedule(sum.Launches, next)
 		}
 	}
+	// Periodic sleeps end on a detach too: nothing launches after it.
+	sctx, stopSleeps := r.untilDetach(ctx)
+	defer stopSleeps()
 	if job.Periodic == nil || !job.Periodic.Enabled {
-		launch()
+		if !(o.Resume && job.RunsToCompletion()) && !r.detached() {
+			launch()
+		}
 		schedule(time.Time{})
 	} else {
-		var last *atomic.Int64
+		last := adoptedRunning
+		from := o.LastLaunch
 		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
-			next := job.Periodic.Next(o.Now())
+			now := o.Now()
+			if from.IsZero() || from.After(now) {
+				from = now
+			}
+			next := job.Periodic.Next(from)
+			if !next.IsZero() && next.Before(now) {
+				missed := missedLaunches(job.Periodic, from, now)
+				r.log.Warn("periodic launch missed while no agent ran: launching it now, once", "job", job.ID, "missed", missed, "first_missed", next)
+				next = now
+			}
+			from = time.Time{}
 			schedule(next)
 			if next.IsZero() {
 				break
 			}
-			if !sleep(ctx, time.Until(next)) {
+			if !sleep(sctx, time.Until(next)) {
 				break
+			}
+			if o.OnLaunch != nil {
+				o.OnLaunch(next)
 			}
 			if r.admit != nil && r.admit.queued(job.ID) > 0 {
 				// Launches of a job that outlive its period would
@@ -177,6 +255,13 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		schedule(time.Time{})
 	}
 	wg.Wait()
+	if r.detached() {
+		// What still runs is the next agent's; a leak check now would
+		// list its namespaces.
+		sum.Duration = time.Since(start).Seconds()
+		sum.Leaks = []string{}
+		return sum, nil
+	}
 
 	sum.SetupP50, sum.SetupP99 = setup.quantile(50), setup.quantile(99)
 	sum.TeardownP50, sum.TeardownP99 = teardown.quantile(50), teardown.quantile(99)
@@ -186,6 +271,25 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	sum.Leaks = r.LeakCheck(lctx, ids)
 	sum.Duration = time.Since(start).Seconds()
 	return sum, nil
+}
+
+func groupNamed(job *jobspec.Job, name string) *jobspec.Group {
+	for _, g := range job.Groups {
+		if g.Name == name {
+			return g
+		}
+	}
+	return nil
+}
+
+// missedLaunches counts the launches of p after from and before now
+// (bounded: a job that fires every second, down for a day, says "1000").
+func missedLaunches(p *jobspec.Periodic, from, now time.Time) int {
+	n := 0
+	for t := p.Next(from); !t.IsZero() && t.Before(now) && n < 1000; t = p.Next(t) {
+		n++
+	}
+	return n
 }
 
 // maxListed bounds the failures and holders a summary lists.

@@ -163,11 +163,17 @@ func (a *allocRun) overran(i int) bool {
 }
 
 func (lc *lifecycle) launch(c *taskCtl) {
+	lc.launchWith(c, nil)
+}
+
+// launchWith runs the task, supervising a recovered handle first when it
+// has one (a re-adopted allocation).
+func (lc *lifecycle) launchWith(c *taskCtl, recovered driver.Handle) {
 	c.launched = true
 	go func() {
 		defer lc.wake()
 		defer close(c.done)
-		c.err = lc.a.runTask(c.ctx, c.i, c.t, lc.netns)
+		c.err = lc.a.runTask(c.ctx, c.i, c.t, lc.netns, recovered)
 	}()
 }
 
@@ -233,7 +239,12 @@ func (lc *lifecycle) mainEnded() bool {
 // allocation is stopped, what still runs is stopped (the group's
 // shutdown_delay first; the leader, the other tasks, the sidecars last);
 // then the poststop tasks run to completion.
-func (a *allocRun) runLifecycle(ctx context.Context, netns string) error {
+//
+// A re-adopted allocation resumes where the last agent left it: tasks with
+// a recovered handle (handles[i]) are supervised again, dead ones stay
+// dead, pending ones start when their turn comes. A detach returns
+// errDetached once every task's supervision has let go (nothing stopped).
+func (a *allocRun) runLifecycle(ctx context.Context, netns string, handles []driver.Handle) error {
 	lc := &lifecycle{a: a, netns: netns, poke: make(chan struct{}, 1)}
 	for i, t := range a.group.Tasks {
 		tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -252,10 +263,20 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string) error {
 		return err
 	}
 
-	lc.launchRoles(rolePrestart, rolePrestartSidecar)
 	mainLaunched, postLaunched := false, false
+	if handles != nil {
+		mainLaunched, postLaunched = lc.resume(handles)
+	}
+	lc.launchRoles(rolePrestart, rolePrestartSidecar)
+	if mainLaunched {
+		lc.launchRoles(roleMain)
+	}
+	if postLaunched {
+		lc.launchRoles(rolePoststart, rolePoststartSidecar)
+	}
 	var killed chan struct{}
 	stopped := ctx.Done()
+	detach := a.r.detach
 	for {
 		if killed == nil {
 			if why := lc.killReason(ctx); why != "" {
@@ -287,6 +308,18 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string) error {
 		case <-stopped:
 			stopped = nil
 		case <-killed:
+		case <-detach:
+			if killed == nil {
+				// Each task's supervision returns without stopping it.
+				for _, c := range lc.ctl {
+					if c.launched {
+						<-c.done
+					}
+				}
+				return errDetached
+			}
+			// Already stopping: finish that.
+			detach = nil
 		}
 	}
 
@@ -381,6 +414,36 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 	return done
 }
 
+// resume marks the tasks of a re-adopted allocation as its record has
+// them and launches those with a recovered handle; it reports whether the
+// main and the poststart tasks had been launched.
+func (lc *lifecycle) resume(handles []driver.Handle) (mainLaunched, postLaunched bool) {
+	a := lc.a
+	for _, c := range lc.ctl {
+		a.mu.Lock()
+		state := a.alloc.Tasks[c.i].State
+		a.mu.Unlock()
+		switch {
+		case handles[c.i] != nil:
+			c.startOnce.Do(func() { close(c.started) })
+			lc.launchWith(c, handles[c.i])
+		case state == "dead":
+			c.launched = true
+			c.startOnce.Do(func() { close(c.started) })
+			close(c.done)
+		default:
+			continue
+		}
+		switch c.role {
+		case roleMain:
+			mainLaunched = true
+		case rolePoststart, rolePoststartSidecar:
+			postLaunched = true
+		}
+	}
+	return mainLaunched, postLaunched
+}
+
 // waitAny waits d, or less if every task of live has ended meanwhile.
 func waitAny(d time.Duration, live []*taskCtl) {
 	t := time.NewTimer(d)
@@ -444,9 +507,14 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 		wctx, cancel = context.WithTimeout(rctx, t.MaxRunDuration)
 		defer cancel()
 	}
+	wctx, stopWait := a.r.untilDetach(wctx)
+	defer stopWait()
 	res, werr := h.Wait(wctx)
 	if wctx.Err() == nil {
 		return res, werr
+	}
+	if a.r.detached() && ctx.Err() == nil {
+		return nil, errDetached
 	}
 	if ctx.Err() == nil && errors.Is(context.Cause(rctx), errUserRestart) {
 		// Restarted in place: stopped as the lifecycle stops it, no

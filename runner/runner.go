@@ -8,6 +8,7 @@ package runner
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -56,6 +57,9 @@ type Options struct {
 	StartWorkers int
 	// MaxKillTimeout caps a task's kill_timeout; 0 means no cap.
 	MaxKillTimeout time.Duration
+	// Agent marks the allocations as an agent's: the next agent on the
+	// data dir may re-adopt them (AdoptAlloc) when this one is gone.
+	Agent bool
 }
 
 // Runner runs allocations.
@@ -71,6 +75,48 @@ type Runner struct {
 
 	liveMu sync.Mutex
 	live   map[string]*allocRun // the allocations in flight, by ID (control.go)
+	// detach is closed by Detach: runs return leaving their tasks and
+	// networks in place, recorded for the next agent.
+	detach     chan struct{}
+	detachOnce sync.Once
+}
+
+// Detach makes every run return without stopping anything: tasks keep
+// running, networks stay, and each allocation is recorded as detached (its
+// tasks' handles with it) for the next agent to re-adopt (AdoptAlloc). An
+// agent calls it when it stops without draining; nothing starts after it.
+func (r *Runner) Detach() {
+	r.detachOnce.Do(func() { close(r.detach) })
+}
+
+// Detached reports whether Detach was called: a run that returned since
+// did not end by itself.
+func (r *Runner) Detached() bool { return r.detached() }
+
+func (r *Runner) detached() bool {
+	select {
+	case <-r.detach:
+		return true
+	default:
+		return false
+	}
+}
+
+// errDetached ends the supervision of a task or allocation when the
+// runner detaches: nothing was stopped.
+var errDetached = errors.New("runner detached: left running for the next agent")
+
+// untilDetach is ctx, also ended by Detach.
+func (r *Runner) untilDetach(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-r.detach:
+			cancel()
+		case <-c.Done():
+		}
+	}()
+	return c, cancel
 }
 
 // cachedNet is a network configuration loaded from the config dir. It is
@@ -104,7 +150,7 @@ func New(o Options) *Runner {
 		o.Logger = slog.Default()
 	}
 	o.Bridge = o.Bridge.withDefaults()
-	r := &Runner{o: o, log: o.Logger}
+	r := &Runner{o: o, log: o.Logger, detach: make(chan struct{})}
 	if o.Capacity != nil {
 		r.admit = newAdmission(*o.Capacity)
 	}
@@ -186,7 +232,7 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	a.alloc = &store.Allocation{
 		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
 		Status: store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
-		CreatedAt: now, TimingsMS: map[string]float64{},
+		Index: index, Agent: r.o.Agent, CreatedAt: now, TimingsMS: map[string]float64{},
 	}
 	for _, t := range group.Tasks {
 		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
@@ -202,15 +248,33 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.log.Error("could not record the allocation; it does not run", "err", err)
 		return a.alloc, false
 	}
-	release, ok := a.admit(ctx)
+	return a.admitAndRun(ctx, now), false
+}
+
+// admitAndRun waits for admission, then runs the allocation to its end
+// (or until the runner detaches).
+func (a *allocRun) admitAndRun(ctx context.Context, since time.Time) *store.Allocation {
+	actx, cancel := a.r.untilDetach(ctx)
+	release, ok := a.admit(actx)
+	cancel()
 	if !ok {
-		return a.snapshot(), false
+		return a.snapshot()
 	}
 	defer release()
 	fault.Point(fault.BeforeAllocSetup)
 	a.run(ctx)
-	a.timing("total", time.Since(now))
-	return a.snapshot(), false
+	a.timing("total", time.Since(since))
+	return a.snapshot()
+}
+
+// detachRecord records the allocation as left running for the next agent.
+func (a *allocRun) detachRecord(ctx context.Context) {
+	a.mu.Lock()
+	a.alloc.Detached = true
+	a.event(EventDetached, "the agent stopped without draining: tasks and network left as they are for the next agent to re-adopt")
+	a.mu.Unlock()
+	a.save(ctx)
+	a.log.Info("allocation left running for the next agent")
 }
 
 func (a *allocRun) event(typ, msg string) {
@@ -311,11 +375,26 @@ func (a *allocRun) run(ctx context.Context) {
 		a.finish(ctx, nil, netName != "")
 		return
 	}
+	if a.r.detached() {
+		a.detachRecord(ctx)
+		return
+	}
+	a.runAndFinish(ctx, netns, netName != "", nil, start)
+}
+
+// runAndFinish runs the group's tasks (resuming those of handles, when
+// re-adopted), then tears the network down and records the outcome; a
+// detach records the allocation as it stands instead.
+func (a *allocRun) runAndFinish(ctx context.Context, netns string, hasNetwork bool, handles []driver.Handle, start time.Time) {
 	taskStart := time.Now()
-	err := a.runTasks(ctx, netns)
+	err := a.runLifecycle(ctx, netns, handles)
 	a.timing("task", time.Since(taskStart))
+	if errors.Is(err, errDetached) {
+		a.detachRecord(ctx)
+		return
+	}
 	a.r.log.Debug("alloc tasks done", "alloc_id", a.alloc.ID, "ms", time.Since(start).Milliseconds())
-	a.finish(ctx, err, netName != "")
+	a.finish(ctx, err, hasNetwork)
 }
 
 func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.Status, error) {
@@ -528,17 +607,11 @@ func interpolateConfig(v any, vars map[string]string) any {
 	return v
 }
 
-// runTasks runs every task of the group, each with its restart policy,
-// in the order of their lifecycle hooks (runLifecycle), until all have
-// exited for good.
-func (a *allocRun) runTasks(ctx context.Context, netns string) error {
-	return a.runLifecycle(ctx, netns)
-}
-
 // runTask runs one task with its restart policy. It returns an error only
 // for failures of berth or the driver, not for a task exiting non-zero
-// (that is recorded on the task state).
-func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns string) error {
+// (that is recorded on the task state). A re-adopted task comes with its
+// recovered handle: its first run is supervised, not started.
+func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns string, recovered driver.Handle) error {
 	drv, err := a.r.o.Drivers.Get(ctx, t.Driver)
 	if err != nil {
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
@@ -553,16 +626,28 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
-	if err := a.setupTask(ctx, t, dt, vars); err != nil {
-		// A fetch cut short by a stop is no failure of the task.
-		failed := ctx.Err() == nil
-		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
-		return err
+	if recovered == nil {
+		if err := a.setupTask(ctx, t, dt, vars); err != nil {
+			// A fetch cut short by a stop is no failure of the task.
+			failed := ctx.Err() == nil
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
+			return err
+		}
 	}
 	pol := t.Restart
 	var restarts []time.Time
 	for attempt := 0; ; attempt++ {
-		res, err := a.runOnce(ctx, i, drv, dt)
+		var res *driver.ExitResult
+		var err error
+		if recovered != nil {
+			res, err = a.supervise(ctx, i, recovered, dt)
+			recovered = nil
+		} else {
+			res, err = a.runOnce(ctx, i, drv, dt)
+		}
+		if errors.Is(err, errDetached) {
+			return err
+		}
 		if ctx.Err() == nil && a.takeRestart(i) {
 			// Asked by the operator: not a failure, and not counted
 			// against the restart policy (as in Nomad).
@@ -619,7 +704,14 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		restarts = append(restarts, time.Now())
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
 		a.event2("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
-		if !sleep(ctx, pol.Delay) {
+		dctx, cancel := a.r.untilDetach(ctx)
+		slept := sleep(dctx, pol.Delay)
+		cancel()
+		if a.r.detached() && ctx.Err() == nil {
+			// Restarted by the next agent.
+			return errDetached
+		}
+		if !slept {
 			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 			return nil
 		}
@@ -641,6 +733,9 @@ func (a *allocRun) setTask(i int, fn func(*store.TaskState)) {
 // runOnce starts the task, waits for it (stopping it when ctx ends) and
 // destroys it: when it returns, the driver holds nothing of the namespace.
 func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *driver.Task) (*driver.ExitResult, error) {
+	if a.r.detached() && ctx.Err() == nil {
+		return nil, errDetached
+	}
 	start := time.Now()
 	h, err := drv.Start(ctx, dt)
 	a.timing("task_start", time.Since(start))
@@ -667,6 +762,10 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 // restart (driver.Driver.Recover) resumes here.
 func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *driver.Task) (*driver.ExitResult, error) {
 	res, werr := a.await(ctx, i, h, dt)
+	if errors.Is(werr, errDetached) {
+		// Left running: its handle stays recorded.
+		return nil, werr
+	}
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)

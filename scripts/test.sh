@@ -12,10 +12,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 go test -race -p 1 -count=1 -timeout 60m "$@" ./...
 # The parsers that read what a request or a job file sends, fuzzed for a
-# bounded time (a crash there would take down a root agent). Only on the
-# whole suite: a run of chosen packages ("$@") skips it.
+# bounded number of inputs (a crash there would take down a root agent).
+# A count, not a duration: Go 1.26's fuzz coordinator can fail a run whose
+# -fuzztime duration ends while a worker is mid-input ("context deadline
+# exceeded", go.dev/issue/75804, fixed in Go 1.27). Only on the whole
+# suite: a run of chosen packages ("$@") skips it.
 if [ $# -eq 0 ]; then
-	FUZZTIME=${BERTH_FUZZTIME:-20s}
+	FUZZTIME=${BERTH_FUZZTIME:-50000x}
 	go test -run XXX -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./jobspec
 	go test -run XXX -fuzz '^FuzzSubmitBody$' -fuzztime "$FUZZTIME" ./agent
 fi

@@ -94,6 +94,9 @@ type TaskHandle struct {
 	SupervisorPID       int    `json:"supervisor_pid,omitempty"`
 	SupervisorStartTime uint64 `json:"supervisor_start_time,omitempty"`
 	StatusPath          string `json:"status_path,omitempty"`
+	// KillSignal is what a stop sends first (the task's kill_signal; 0:
+	// SIGTERM), kept so that a re-attached task is stopped as it asked.
+	KillSignal int `json:"kill_signal,omitempty"`
 }
 
 // TaskState is one task of an allocation.
@@ -161,8 +164,18 @@ type Allocation struct {
 	Events         []Event        `json:"events,omitempty"`
 	OwnerPID       int            `json:"owner_pid,omitempty"`
 	OwnerStartTime uint64         `json:"owner_start_time,omitempty"`
-	CreatedAt      time.Time      `json:"created_at"`
-	ModifiedAt     time.Time      `json:"modified_at"`
+	// Index is the allocation's index in its group (NOMAD_ALLOC_INDEX):
+	// the slot a re-adopted allocation keeps.
+	Index int `json:"index"`
+	// Agent is set on allocations an agent runs: only those may be
+	// re-adopted by the next agent on the data dir.
+	Agent bool `json:"agent,omitempty"`
+	// Detached is set when a stopping agent left the allocation running
+	// for the next one to re-adopt: gc keeps it (its owner is gone on
+	// purpose) until an agent re-adopts it or gc is told to reclaim it.
+	Detached   bool      `json:"detached,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	ModifiedAt time.Time `json:"modified_at"`
 	// Timings in milliseconds, by phase name (netns, add, task, driver_cleanup, del, remove).
 	TimingsMS       map[string]float64 `json:"timings_ms,omitempty"`
 	TeardownRetries int                `json:"teardown_retries,omitempty"`

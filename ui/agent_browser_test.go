@@ -110,6 +110,7 @@ func TestStatusPageOfRealAgent(t *testing.T) {
 	// this shared host.
 	cfg.GCMode = agent.GCRecords
 	cfg.GCInterval = "0"
+	cfg.DrainOnShutdown = true // stopped with the test: leave nothing
 	cfg.Bridge = &node.Bridge{Network: "btui-br-" + testenv.RandSuffix(6), Iface: "btui" + testenv.RandSuffix(6), Subnet: bridgeSubnet}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock"), TCPAddress: "127.0.0.1:0", Token: token}
 	logPath := filepath.Join(dir, "agent.log")

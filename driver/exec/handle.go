@@ -37,6 +37,8 @@ type handle struct {
 	cg        *cgroup.Set
 
 	statusPath string
+	// killSignal is what Stop sends first; 0 means SIGTERM.
+	killSignal syscall.Signal
 
 	done   chan struct{} // closed once the supervisor exited and result is set
 	result driver.ExitResult
@@ -66,6 +68,7 @@ func (h *handle) State() store.TaskHandle {
 		SupervisorPID:       h.supPID,
 		SupervisorStartTime: h.supStart,
 		StatusPath:          h.statusPath,
+		KillSignal:          int(h.killSignal),
 	}
 }
 
@@ -172,8 +175,12 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 	if h.exited() {
 		return nil
 	}
-	if err := h.signal(syscall.SIGTERM); err != nil {
-		h.drv.log.Warn("SIGTERM failed", "task", h.id, "err", err)
+	sig := h.killSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if err := h.signal(sig); err != nil {
+		h.drv.log.Warn("kill signal failed", "task", h.id, "signal", sig, "err", err)
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -184,7 +191,7 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("%s: stop task %s: %w", h.drv.name, h.id, ctx.Err())
 	case <-t.C:
 	}
-	h.drv.log.Debug("task ignored SIGTERM, killing", "task", h.id, "timeout", timeout)
+	h.drv.log.Debug("task ignored its kill signal, killing", "task", h.id, "timeout", timeout)
 	if err := h.signal(syscall.SIGKILL); err != nil {
 		h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
 	}

@@ -45,7 +45,8 @@ func (d *Driver) Recover(ctx context.Context, th store.TaskHandle) (driver.Handl
 		drv: d, id: id, allocID: th.AllocID, task: th.Task,
 		supPID: th.SupervisorPID, supStart: th.SupervisorStartTime,
 		pid: th.PID, startTime: th.PIDStartTime, statusPath: th.StatusPath,
-		done: make(chan struct{}),
+		killSignal: syscall.Signal(th.KillSignal),
+		done:       make(chan struct{}),
 	}
 	if th.CgroupPath != "" {
 		cg, err := cgroup.FromPath(d.hierarchies(), d.cgroupParent, th.CgroupPath)

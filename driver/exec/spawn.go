@@ -176,6 +176,7 @@ func (d *Driver) launch(ctx context.Context, t *driver.Task, spec *supervisor.Sp
 		sup: sup, supPID: pid, supStart: supStart, ourChild: true,
 		pid: taskPID, startTime: taskStart, startedAt: time.Now(), cg: cg,
 		statusPath: filepath.Join(spec.StatusDir, spec.StatusName),
+		killSignal: t.KillSignal,
 		done:       make(chan struct{}),
 	}
 	h.taskProc, _ = pidfd.Open(taskPID, func(pid int) bool {

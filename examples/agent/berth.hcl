@@ -46,6 +46,11 @@ retention = 50
 # before answering "still stopping" (the stop goes on).
 stop_timeout = "2m"
 
+# SIGTERM/SIGINT leave the workloads running for the next agent to re-adopt
+# (an upgrade: stop, replace the binary, start); true makes them drain first,
+# as `berth agent drain` does: every task stopped, every network torn down.
+drain_on_shutdown = false
+
 # The network of `network { mode = "bridge" }` (Nomad's bridge mode): bridge,
 # host-local IPAM on this subnet, firewall, portmap and loopback.
 bridge {

@@ -1,0 +1,323 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/store"
+)
+
+// Event types of re-adoption.
+const (
+	// EventReattached: a task the last agent started is supervised again.
+	EventReattached = "Re-attached"
+	// EventNotReattached: a task could not be proven to be the recorded
+	// one (or is gone without an exit status); it was cleaned up and is
+	// started again.
+	EventNotReattached = "Not Re-attached"
+	// EventCheckPassed, EventCheckSkipped, EventCheckFailed: the CNI CHECK
+	// of a re-adopted allocation's namespace.
+	EventCheckPassed  = "Network Checked"
+	EventCheckSkipped = "Network Check Skipped"
+	EventCheckFailed  = "Network Check Failed"
+	// EventHealed: after a failed CHECK the namespace was recreated and the
+	// group's tasks restarted into it.
+	EventHealed = "Network Healed"
+)
+
+// Adoptable reports whether a is an allocation the next agent may take
+// over: an agent's, not terminal, whose owner is gone (killed, or stopped
+// without draining).
+func Adoptable(a *store.Allocation) bool {
+	return a.Agent && !a.Status.Terminal() && a.Status != store.AllocUnreadable &&
+		(a.OwnerPID <= 0 || !proc.Alive(a.OwnerPID, a.OwnerStartTime))
+}
+
+// Claim records this runner's process as a's owner, so that no garbage
+// collection (this agent's reconcile at start, or a `berth gc` beside it)
+// takes it for an orphan while it is re-adopted. It must run before the
+// reconcile; AdoptAlloc then resumes it.
+func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
+	a.OwnerPID, a.OwnerStartTime = r.o.OwnerPID, r.o.OwnerStartTime
+	a.Detached = false
+	a.Agent = r.o.Agent
+	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: "Claimed", Message: "re-adopted by a new agent"})
+	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
+		return fmt.Errorf("claim allocation %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// AdoptAlloc resumes an allocation a previous agent left (claimed first):
+// its tasks are re-attached from their recorded handles (driver.Recover),
+// its namespace CHECKed against the cached attachment, and supervision
+// goes on as if this process had started it. A failed CHECK (or a
+// namespace that vanished) is healed once: the group's running tasks are
+// stopped, the namespace torn down and made again, and the tasks restarted
+// into it; a second failure fails the allocation with both causes. A task
+// that cannot be re-attached is cleaned up and started again. It returns
+// the final record, as RunAlloc does.
+func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) *store.Allocation {
+	al, _ := r.adoptAlloc(ctx, job, group, rec, started)
+	return al
+}
+
+// adoptAlloc is AdoptAlloc; opStopped reports that the operator stopped
+// the allocation (StopAlloc).
+func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	r.register(a, rec.ID)
+	defer r.unregister(a, rec.ID)
+	defer func() {
+		a.mu.Lock()
+		opStopped = a.opStopped
+		a.mu.Unlock()
+	}()
+	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", group.Name)
+	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
+	if a.alloc.TimingsMS == nil {
+		a.alloc.TimingsMS = map[string]float64{}
+	}
+	if !sameTasks(a.alloc.Tasks, group.Tasks) {
+		// The job changed under the record: its tasks cannot be matched.
+		return r.Abandon(ctx, job, rec, fmt.Sprintf("its job's group %q has other tasks now", group.Name)), false
+	}
+	ran := false
+	for _, t := range a.alloc.Tasks {
+		if t.Handle != nil || t.State == "dead" {
+			ran = true
+		}
+	}
+	if !ran {
+		// Nothing started yet (queued, or its network just made): run it
+		// as new. Setup finds an existing attachment and CHECKs it.
+		a.log.Info("re-adopting an allocation whose tasks had not started")
+		a.alloc.Status = store.AllocPending
+		return a.admitAndRun(ctx, time.Now()), false
+	}
+	// Already running: it was admitted by the last agent.
+	release := r.admitForce(a.group)
+	defer release()
+	a.resume(ctx)
+	return a.snapshot(), false
+}
+
+func sameTasks(ts []store.TaskState, tasks []*jobspec.Task) bool {
+	if len(ts) != len(tasks) {
+		return false
+	}
+	for i, t := range tasks {
+		if ts[i].Name != t.Name || ts[i].Driver != t.Driver {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *allocRun) hasNetwork() bool {
+	return a.alloc.Network != nil && a.alloc.Network.NetnsPath != ""
+}
+
+// resume re-attaches the tasks, checks (and heals) the network, and
+// supervises the allocation to its end.
+func (a *allocRun) resume(ctx context.Context) {
+	start := time.Now()
+	a.restoreNetwork()
+	handles := a.recoverTasks(ctx)
+	netns := ""
+	if a.hasNetwork() {
+		netns = a.alloc.Network.NetnsPath
+		path, err := a.checkNetwork(ctx, handles)
+		if err != nil {
+			a.finish(ctx, err, true)
+			return
+		}
+		netns = path
+	}
+	a.mu.Lock()
+	a.alloc.Status = store.AllocRunning
+	a.mu.Unlock()
+	a.save(ctx)
+	a.log.Info("allocation re-adopted", "tasks_reattached", countHandles(handles), "netns", netns)
+	if a.started != nil {
+		a.started(a.snapshot())
+	}
+	a.runAndFinish(ctx, netns, a.hasNetwork(), handles, start)
+}
+
+func countHandles(hs []driver.Handle) int {
+	n := 0
+	for _, h := range hs {
+		if h != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// restoreNetwork gives the allocation the address and ports its record
+// has, as the tasks' environment needs them.
+func (a *allocRun) restoreNetwork() {
+	n := a.alloc.Network
+	if n == nil {
+		return
+	}
+	a.ports = nil
+	for _, p := range n.Ports {
+		a.ports = append(a.ports, portPlan{Label: p.Label, HostPort: p.HostPort, ContainerPort: p.To})
+	}
+	a.ip = hostIP
+	if len(n.IPv4) > 0 {
+		a.ip, _, _ = strings.Cut(n.IPv4[0], "/")
+	}
+}
+
+// recoverTasks re-attaches every recorded running task. One that cannot
+// be re-attached is cleaned up from its handle and left pending, to be
+// started again (counted as a restart).
+func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
+	handles := make([]driver.Handle, len(a.alloc.Tasks))
+	for i := range a.alloc.Tasks {
+		a.mu.Lock()
+		ts := a.alloc.Tasks[i]
+		a.mu.Unlock()
+		if ts.Handle == nil {
+			if ts.State == "running" {
+				a.setTask(i, func(ts *store.TaskState) { ts.State = "pending" })
+			}
+			continue
+		}
+		drv, err := a.r.o.Drivers.Get(ctx, ts.Driver)
+		var h driver.Handle
+		if err == nil {
+			h, err = drv.Recover(ctx, *ts.Handle)
+		}
+		if err == nil {
+			handles[i] = h
+			a.event2(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
+			continue
+		}
+		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
+		if drv != nil {
+			if cerr := drv.Cleanup(ctx, *ts.Handle); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+			}
+		}
+		a.event2(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.State, ts.Handle = "pending", nil
+			ts.Restarts++
+		})
+	}
+	return handles
+}
+
+func describeHandle(h *store.TaskHandle) string {
+	if h.ContainerID != "" {
+		id := h.ContainerID
+		if len(id) > 12 {
+			id = id[:12]
+		}
+		return "container " + id
+	}
+	return fmt.Sprintf("pid %d", h.PID)
+}
+
+// checkNetwork CHECKs the re-adopted namespace. On failure it stops the
+// running tasks (cut off from the network they were given), heals the
+// namespace (Setup: DEL, remove, recreate, ADD) and leaves the tasks
+// pending, to be started into the new namespace; it returns the
+// namespace's path. An error means healing failed too.
+func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (string, error) {
+	id := a.alloc.ID
+	st, cerr := a.r.o.Attach.Check(ctx, id)
+	switch {
+	case cerr == nil && st.CheckSkipped != "":
+		a.event2(EventCheckSkipped, "CHECK of namespace "+st.NetnsPath+" skipped: "+st.CheckSkipped)
+		return st.NetnsPath, nil
+	case cerr == nil:
+		a.timingMS("berth", st.Timings.Check)
+		a.event2(EventCheckPassed, fmt.Sprintf("CNI CHECK passed: namespace %s on network %s", st.NetnsPath, st.Network))
+		return st.NetnsPath, nil
+	}
+	a.log.Warn("CNI CHECK of a re-adopted namespace failed; healing it", "err", cerr)
+	var names []string
+	for i, h := range handles {
+		if h == nil {
+			continue
+		}
+		t := a.group.Tasks[i]
+		names = append(names, t.Name)
+		sctx, cancel := cleanup.Context(ctx, a.r.killTimeout(t.KillTimeout)+30*time.Second)
+		_ = h.Stop(sctx, a.r.killTimeout(t.KillTimeout))
+		_, _ = h.Wait(sctx)
+		derr := h.Destroy(sctx)
+		cancel()
+		if derr != nil {
+			return "", fmt.Errorf("network CHECK failed (%v) and task %s could not be stopped to heal it: %w", cerr, t.Name, derr)
+		}
+		handles[i] = nil
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.State, ts.Handle = "pending", nil
+			ts.Restarts++
+		})
+	}
+	a.event2(EventCheckFailed, fmt.Sprintf("CNI CHECK failed: %v", cerr))
+	mode := a.group.Network.Mode
+	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
+	if err != nil {
+		return "", fmt.Errorf("network CHECK failed: %v; healing it failed: %w", cerr, err)
+	}
+	if len(nst.IPv4) > 0 {
+		a.ip, _, _ = strings.Cut(nst.IPv4[0], "/")
+	}
+	msg := fmt.Sprintf("CHECK failed (%v): namespace %s torn down and made again (DEL, remove, recreate, ADD), address %s", cerr, nst.NetnsPath, strings.Join(nst.IPv4, ","))
+	if len(names) > 0 {
+		msg += "; tasks " + strings.Join(names, ", ") + " restarted into it"
+	}
+	a.event2(EventHealed, msg)
+	a.save(ctx)
+	return nst.NetnsPath, nil
+}
+
+// Abandon ends an allocation a previous agent left that cannot be
+// re-adopted (why says why): its recorded tasks are stopped, its network
+// torn down, and it is recorded failed.
+func (r *Runner) Abandon(ctx context.Context, job *jobspec.Job, rec *store.Allocation, why string) *store.Allocation {
+	a := &allocRun{r: r, job: job, group: &jobspec.Group{Name: rec.Group}, index: rec.Index, alloc: rec}
+	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", rec.Group)
+	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
+	if a.alloc.TimingsMS == nil {
+		a.alloc.TimingsMS = map[string]float64{}
+	}
+	a.stopRecorded(ctx, why)
+	a.finish(ctx, fmt.Errorf("allocation %s: not re-adopted: %s", rec.ID, why), a.hasNetwork())
+	return a.snapshot()
+}
+
+// stopRecorded stops every recorded task of an allocation that is not
+// re-adopted, from its handle.
+func (a *allocRun) stopRecorded(ctx context.Context, why string) {
+	for i, ts := range a.alloc.Tasks {
+		if ts.Handle == nil {
+			continue
+		}
+		if drv, err := a.r.o.Drivers.Get(ctx, ts.Driver); err == nil {
+			if err := drv.Cleanup(ctx, *ts.Handle); err != nil {
+				a.log.Warn("could not stop a task of an allocation not re-adopted", "task", ts.Name, "err", err)
+			}
+		}
+		a.alloc.Tasks[i].State, a.alloc.Tasks[i].Handle = "dead", nil
+	}
+	a.event2("Killed", "not re-adopted: "+why)
+}
