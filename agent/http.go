@@ -18,7 +18,6 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
-	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/ui"
@@ -47,6 +46,10 @@ func (a *Agent) routes() http.Handler {
 		{http.MethodGet, "/v1/allocations", a.handleAllocs},
 		{http.MethodGet, "/v1/allocation/{id}", a.handleAlloc},
 		{http.MethodGet, "/v1/allocation/{id}/logs/{task}", a.handleLogs},
+		{http.MethodPost, "/v1/allocation/{id}/stop", a.handleAllocStop},
+		{http.MethodPost, "/v1/allocation/{id}/restart", a.handleAllocRestart},
+		{http.MethodPost, "/v1/allocation/{id}/signal", a.handleAllocSignal},
+		{http.MethodGet, "/v1/allocation/{id}/exec", a.handleExec},
 		{http.MethodGet, "/v1/namespaces", a.handleNamespaces},
 		{http.MethodGet, "/v1/services", a.handleServices},
 		{http.MethodGet, "/v1/service/{name}", a.handleService},
@@ -395,75 +398,6 @@ func (a *Agent) handleAlloc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, a.allocWithServices(r.Context(), al))
-}
-
-// handleLogs serves <data_dir>/alloc/<id>/<task>.stdout (or .stderr). The
-// task must be one of the allocation's: nothing from the request reaches
-// the path unchecked.
-func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
-	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	task := r.PathValue("task")
-	known := false
-	var names []string
-	for _, t := range al.Tasks {
-		names = append(names, t.Name)
-		if t.Name == task {
-			known = true
-		}
-	}
-	if !known {
-		writeError(w, http.StatusNotFound, "allocation %s has no task %q (tasks: %s)", al.ID, task, strings.Join(names, ", "))
-		return
-	}
-	q := r.URL.Query()
-	typ := q.Get("type")
-	if typ == "" {
-		typ = "stdout"
-	}
-	if typ != "stdout" && typ != "stderr" {
-		writeError(w, http.StatusBadRequest, "type %q: use stdout or stderr", typ)
-		return
-	}
-	var tail int64
-	if s := q.Get("tail"); s != "" {
-		if tail, err = strconv.ParseInt(s, 10, 64); err != nil || tail < 0 {
-			writeError(w, http.StatusBadRequest, "tail %q: use a number of bytes", s)
-			return
-		}
-	}
-	// The task can write its allocation dir: what is there by that name
-	// is opened only if it is a regular file of its own, no symlink
-	// followed (a task could plant one to /etc/shadow).
-	f, err := logfile.OpenBeneath(filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ, os.O_RDONLY, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
-			return
-		}
-		if errors.Is(err, logfile.ErrUnsafe) {
-			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not a regular file (replaced by a link?): not served", typ, task, al.ID)
-			return
-		}
-		writeErr(w, err)
-		return
-	}
-	defer f.Close()
-	if tail > 0 {
-		if fi, err := f.Stat(); err == nil && fi.Size() > tail {
-			if _, err := f.Seek(fi.Size()-tail, io.SeekStart); err != nil {
-				writeErr(w, err)
-				return
-			}
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, f)
 }
 
 func (a *Agent) handleNamespaces(w http.ResponseWriter, r *http.Request) {

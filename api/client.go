@@ -335,12 +335,39 @@ func (c *Client) Allocation(ctx context.Context, id string) (*Allocation, error)
 // AllocLogs returns a task's stdout (or stderr), the last tail bytes of it
 // when tail > 0.
 func (c *Client) AllocLogs(ctx context.Context, allocID, task string, stderr bool, tail int64) ([]byte, error) {
+	var b bytes.Buffer
+	if err := c.StreamAllocLogs(ctx, allocID, task, LogsOptions{Stderr: stderr, TailBytes: tail}, &b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// LogsOptions choose what of a task's log StreamAllocLogs reads.
+type LogsOptions struct {
+	Stderr bool
+	// TailBytes (> 0) starts that many bytes before the end, TailLines
+	// (> 0) that many lines before it; not both.
+	TailBytes int64
+	TailLines int
+	// Follow keeps reading what the task writes, across log rotation,
+	// until the task is dead and its log read to the end (or ctx ends).
+	Follow bool
+}
+
+// StreamAllocLogs copies a task's log to w as the agent sends it.
+func (c *Client) StreamAllocLogs(ctx context.Context, allocID, task string, o LogsOptions, w io.Writer) error {
 	q := url.Values{}
-	if stderr {
+	if o.Stderr {
 		q.Set("type", "stderr")
 	}
-	if tail > 0 {
-		q.Set("tail", strconv.FormatInt(tail, 10))
+	if o.TailBytes > 0 {
+		q.Set("tail", strconv.FormatInt(o.TailBytes, 10))
+	}
+	if o.TailLines > 0 {
+		q.Set("lines", strconv.Itoa(o.TailLines))
+	}
+	if o.Follow {
+		q.Set("follow", "true")
 	}
 	path := "/v1/allocation/" + url.PathEscape(allocID) + "/logs/" + url.PathEscape(task)
 	if len(q) > 0 {
@@ -348,17 +375,52 @@ func (c *Client) AllocLogs(ctx context.Context, allocID, task string, stderr boo
 	}
 	resp, err := c.Do(ctx, http.MethodGet, path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if err := checkStatus(resp); err != nil {
-		return nil, err
+		return err
 	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("agent at %s: read logs of %s/%s: %w", c.addr, allocID, task, err)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("agent at %s: read logs of %s/%s: %w", c.addr, allocID, task, err)
 	}
-	return b, nil
+	return nil
+}
+
+// StopAlloc stops one allocation (its tasks, its network); a service or
+// system job's runner replaces it.
+func (c *Client) StopAlloc(ctx context.Context, allocID string) (*AllocStopResponse, error) {
+	var r AllocStopResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/allocation/"+url.PathEscape(allocID)+"/stop", nil, &r)
+	return &r, err
+}
+
+// RestartAlloc restarts an allocation's running tasks in place (task ""
+// is all of them).
+func (c *Client) RestartAlloc(ctx context.Context, allocID, task string) (*AllocRestartResponse, error) {
+	path := "/v1/allocation/" + url.PathEscape(allocID) + "/restart"
+	if task != "" {
+		path += "?task=" + url.QueryEscape(task)
+	}
+	var r AllocRestartResponse
+	_, err := c.call(ctx, http.MethodPost, path, nil, &r)
+	return &r, err
+}
+
+// SignalAlloc sends a signal ("SIGUSR1", "USR1" or a number) to the main
+// process of an allocation's running tasks (task "" is all of them).
+func (c *Client) SignalAlloc(ctx context.Context, allocID, task, signal string) (*AllocSignalResponse, error) {
+	q := url.Values{}
+	q.Set("signal", signal)
+	if task != "" {
+		q.Set("task", task)
+	}
+	var r AllocSignalResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/allocation/"+url.PathEscape(allocID)+"/signal?"+q.Encode(), nil, &r)
+	return &r, err
 }
 
 // Namespaces lists the namespaces of the agent's netns dir with their

@@ -773,3 +773,25 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	*d = Duration(v)
 	return nil
 }
+
+// AllocStopResponse answers POST /v1/allocation/{id}/stop. Stopped is
+// false when the agent gave up waiting (stop_timeout) for the tasks and
+// the network to be gone; the stop goes on.
+type AllocStopResponse struct {
+	AllocID string `json:"alloc_id"`
+	Stopped bool   `json:"stopped"`
+}
+
+// AllocRestartResponse answers POST /v1/allocation/{id}/restart: the
+// tasks restarted (each runs again when it returns).
+type AllocRestartResponse struct {
+	AllocID string   `json:"alloc_id"`
+	Tasks   []string `json:"tasks"`
+}
+
+// AllocSignalResponse answers POST /v1/allocation/{id}/signal.
+type AllocSignalResponse struct {
+	AllocID string   `json:"alloc_id"`
+	Signal  string   `json:"signal"`
+	Tasks   []string `json:"tasks"`
+}

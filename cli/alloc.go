@@ -15,10 +15,11 @@ func newAllocCmd(g *Globals) *cobra.Command {
 	cf := &ClientFlags{}
 	cmd := &cobra.Command{
 		Use:   "alloc",
-		Short: "List and inspect allocations in a running berth agent, and read their task logs",
+		Short: "List, inspect and control allocations in a running berth agent: logs, exec, stop, restart, signal",
 	}
 	cf.register(cmd)
-	cmd.AddCommand(newAllocLsCmd(g, cf), newAllocStatusCmd(g, cf), newAllocLogsCmd(g, cf))
+	cmd.AddCommand(newAllocLsCmd(g, cf), newAllocStatusCmd(g, cf), newAllocLogsCmd(g, cf),
+		newAllocExecCmd(g, cf), newAllocStopCmd(g, cf), newAllocRestartCmd(g, cf), newAllocSignalCmd(g, cf))
 	return cmd
 }
 
@@ -155,28 +156,4 @@ func clock(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("15:04:05.000")
-}
-
-func newAllocLogsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	var stderr bool
-	var tail int64
-	cmd := &cobra.Command{
-		Use:   "logs ALLOC TASK",
-		Short: "Print a task's stdout (or --stderr)",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if tail < 0 {
-				return fmt.Errorf("--tail %d: give a number of bytes", tail)
-			}
-			b, err := agentCall(cf, func(c *api.Client) ([]byte, error) { return c.AllocLogs(cmd.Context(), args[0], args[1], stderr, tail) })
-			if err != nil {
-				return err
-			}
-			_, err = g.stdout.Write(b)
-			return err
-		},
-	}
-	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
-	cmd.Flags().Int64Var(&tail, "tail", 0, "print only the last N bytes")
-	return cmd
 }

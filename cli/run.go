@@ -45,8 +45,9 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 
 // singleDashFlags are the long flags Nomad's commands spell with one dash that
 // berth's commands share: -var and -var-file (job run, plan, validate),
-// -meta and -detach (job dispatch), -verbose (service info).
-var singleDashFlags = []string{"var", "var-file", "meta", "detach", "verbose"}
+// -meta and -detach (job dispatch), -verbose (service info), -tail,
+// -stderr and -task (alloc logs, exec, restart, signal).
+var singleDashFlags = []string{"var", "var-file", "meta", "detach", "verbose", "tail", "stderr", "task"}
 
 // NomadArgs rewrites Nomad's single-dash long flags (singleDashFlags, also
 // with "=VALUE") to the double-dash ones the flag parser knows, so a

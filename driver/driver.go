@@ -6,6 +6,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -217,8 +218,39 @@ func OnlyWarnings(err error) bool {
 	return ok
 }
 
-// Signaler is a Handle that can send its task a signal without stopping
-// it (a template's change_mode "signal"). Both berth drivers implement it.
+// Signaler is a handle that can send a signal to its task's main process
+// without stopping it (berth alloc signal, a template's change_mode
+// "signal"), as Nomad's drivers do. Both berth drivers implement it.
 type Signaler interface {
 	Signal(ctx context.Context, sig syscall.Signal) error
+}
+
+// ExecRequest is a command to run beside a running task (berth alloc
+// exec): in its network namespace, as its user, in its cgroup and, for a
+// task with a filesystem of its own, in that filesystem and its PID and
+// IPC namespaces.
+type ExecRequest struct {
+	// Cmd is the command and its arguments; Cmd[0] is looked up in the
+	// task's PATH as the task would see it.
+	Cmd []string
+	// Stdin, Stdout and Stderr are handed to the command as they are
+	// (pipes, or the same pty slave three times when TTY is set).
+	Stdin, Stdout, Stderr *os.File
+	// TTY: Stdin is a terminal that becomes the command's controlling
+	// terminal, in a session of its own.
+	TTY bool
+	// Env is added to the task's environment (TERM for a terminal).
+	Env map[string]string
+}
+
+// ErrExecSetup wraps the failure to enter the task's context (its
+// namespaces, cgroup, user) or to start the command, as opposed to the
+// command's own exit status.
+var ErrExecSetup = errors.New("cannot run the command in the task's context")
+
+// Execer is a handle that can run a command in its task's context. Exec
+// returns the command's exit status (128+N for a command killed by signal
+// N) once it ended; ending ctx kills it.
+type Execer interface {
+	Exec(ctx context.Context, req *ExecRequest) (exitCode int, err error)
 }

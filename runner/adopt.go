@@ -66,7 +66,23 @@ func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 // that cannot be re-attached is cleaned up and started again. It returns
 // the final record, as RunAlloc does.
 func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) *store.Allocation {
-	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec}
+	al, _ := r.adoptAlloc(ctx, job, group, rec, started)
+	return al
+}
+
+// adoptAlloc is AdoptAlloc; opStopped reports that the operator stopped
+// the allocation (StopAlloc).
+func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	r.register(a, rec.ID)
+	defer r.unregister(a, rec.ID)
+	defer func() {
+		a.mu.Lock()
+		opStopped = a.opStopped
+		a.mu.Unlock()
+	}()
 	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", group.Name)
 	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
 	if a.alloc.TimingsMS == nil {
@@ -74,7 +90,7 @@ func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	}
 	if !sameTasks(a.alloc.Tasks, group.Tasks) {
 		// The job changed under the record: its tasks cannot be matched.
-		return r.Abandon(ctx, job, rec, fmt.Sprintf("its job's group %q has other tasks now", group.Name))
+		return r.Abandon(ctx, job, rec, fmt.Sprintf("its job's group %q has other tasks now", group.Name)), false
 	}
 	ran := false
 	for _, t := range a.alloc.Tasks {
@@ -87,13 +103,13 @@ func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 		// as new. Setup finds an existing attachment and CHECKs it.
 		a.log.Info("re-adopting an allocation whose tasks had not started")
 		a.alloc.Status = store.AllocPending
-		return a.admitAndRun(ctx, time.Now())
+		return a.admitAndRun(ctx, time.Now()), false
 	}
 	// Already running: it was admitted by the last agent.
 	release := r.admitForce(a.group)
 	defer release()
 	a.resume(ctx)
-	return a.snapshot()
+	return a.snapshot(), false
 }
 
 func sameTasks(ts []store.TaskState, tasks []*jobspec.Task) bool {

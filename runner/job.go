@@ -137,6 +137,20 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 			o.OnAlloc(a)
 		}
 	}
+	// runSlot runs the allocation first starts in slot (g, i) and, as
+	// Nomad's scheduler does, replaces it when the operator stopped it in a
+	// service or system job; a batch job's work is not done twice.
+	runSlot := func(g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
+		a, opStopped := first()
+		for {
+			done(a)
+			if !opStopped || a.Detached || job.RunsToCompletion() || ctx.Err() != nil {
+				return
+			}
+			r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
+			a, opStopped = r.runAlloc(ctx, job, g, i, o.OnStart, a.ID)
+		}
+	}
 	// The adopted allocations run in their slots; their counter is the
 	// previous launch's for prohibit_overlap.
 	type slot struct {
@@ -160,7 +174,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 				done(r.Abandon(ctx, job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
 				return
 			}
-			done(r.AdoptAlloc(ctx, job, g, rec, o.OnStart))
+			runSlot(g, rec.Index, func() (*store.Allocation, bool) { return r.adoptAlloc(ctx, job, g, rec, o.OnStart) })
 		}()
 	}
 	// launch starts every allocation of one launch; the counter it
@@ -178,7 +192,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 				go func() {
 					defer wg.Done()
 					defer running.Add(-1)
-					done(r.RunAlloc(ctx, job, g, i, o.OnStart))
+					runSlot(g, i, func() (*store.Allocation, bool) { return r.runAlloc(ctx, job, g, i, o.OnStart, "") })
 				}()
 			}
 		}

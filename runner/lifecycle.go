@@ -95,6 +95,11 @@ type taskCtl struct {
 	err       error // set before done closes
 	// overran: killed for exceeding max_run_duration (guarded by allocRun.mu).
 	overran bool
+	// While the task runs (guarded by allocRun.mu): its handle, and what
+	// ends its wait for a restart the operator asked (restartReq).
+	h          driver.Handle
+	restart    context.CancelCauseFunc
+	restartReq bool
 }
 
 func (c *taskCtl) isDone() bool {
@@ -495,10 +500,12 @@ func (a *allocRun) runPoststop(ctx context.Context, lc *lifecycle) {
 // its max_run_duration is stopped the same way and marked overran.
 func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver.Task) (*driver.ExitResult, error) {
 	t := a.group.Tasks[i]
-	wctx := ctx
+	rctx, unwatch := a.running(ctx, i, h)
+	defer unwatch()
+	wctx := rctx
 	if t.MaxRunDuration > 0 {
 		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, t.MaxRunDuration)
+		wctx, cancel = context.WithTimeout(rctx, t.MaxRunDuration)
 		defer cancel()
 	}
 	wctx, stopWait := a.r.untilDetach(wctx)
@@ -514,7 +521,10 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	}
 	// Deregistered before the shutdown_delay: that is what it is for.
 	a.taskStopping(ctx, i)
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && errors.Is(context.Cause(rctx), errUserRestart) {
+		// Restarted in place: stopped as the lifecycle stops it, without
+		// the shutdown_delay.
+	} else if ctx.Err() == nil {
 		a.markOverran(i)
 		a.event2("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))
 	} else if t.ShutdownDelay > 0 {

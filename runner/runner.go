@@ -79,6 +79,8 @@ type Runner struct {
 	admit  *admission // nil: no admission
 	starts startPool  // nil: no bound
 
+	liveMu sync.Mutex
+	live   map[string]*allocRun // the allocations in flight, by ID (control.go)
 	// detach is closed by Detach: runs return leaving their tasks and
 	// networks in place, recorded for the next agent.
 	detach     chan struct{}
@@ -198,6 +200,11 @@ type allocRun struct {
 	lc       *lifecycle
 	// ext is the allocation's services, templates and restarts.
 	ext allocExt
+	// cancel stops the allocation (berth alloc stop); done closes once
+	// RunAlloc returned. opStopped: the operator stopped it (guarded by mu).
+	cancel    context.CancelFunc
+	done      chan struct{}
+	opStopped bool
 
 	mu sync.Mutex // guards alloc
 }
@@ -209,9 +216,25 @@ type allocRun struct {
 // started, if set, is called once the network is up and the tasks are about
 // to start, with the allocation as it then stands (address and ports).
 func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation)) *store.Allocation {
+	al, _ := r.runAlloc(ctx, job, group, index, started, "")
+	return al
+}
+
+// runAlloc is RunAlloc; opStopped reports that the operator stopped the
+// allocation (StopAlloc), replaces names the allocation it replaces.
+func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string) (_ *store.Allocation, opStopped bool) {
 	id := NewAllocID()
 	now := time.Now()
-	a := &allocRun{r: r, job: job, group: group, index: index, started: started}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	r.register(a, id)
+	defer r.unregister(a, id)
+	defer func() {
+		a.mu.Lock()
+		opStopped = a.opStopped
+		a.mu.Unlock()
+	}()
 	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
 	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
@@ -223,14 +246,17 @@ func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
 	}
 	a.event("Received", "allocation created")
+	if replaces != "" {
+		a.event("Replacement", "replaces allocation "+replaces+", stopped by the operator")
+	}
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
 		a.event(EventNotRecorded, err.Error())
 		a.log.Error("could not record the allocation; it does not run", "err", err)
-		return a.alloc
+		return a.alloc, false
 	}
-	return a.admitAndRun(ctx, now)
+	return a.admitAndRun(ctx, now), false
 }
 
 // admitAndRun waits for admission, then runs the allocation to its end
@@ -642,6 +668,13 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		forced := endAttempt()
 		if errors.Is(err, errDetached) {
 			return err
+		}
+		if ctx.Err() == nil && a.takeRestart(i) {
+			// Asked by the operator: not a failure, and not counted
+			// against the restart policy (as in Nomad).
+			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
+			a.event2("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+			continue
 		}
 		if ctx.Err() != nil {
 			// Killed because the allocation was stopped, not failed.

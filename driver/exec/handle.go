@@ -240,3 +240,16 @@ func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyed = true
 	return nil
 }
+
+// Signal implements driver.Signaler: sig goes to the task's main process
+// only, as Nomad's executor sends it.
+func (h *handle) Signal(ctx context.Context, sig syscall.Signal) error {
+	p := h.taskProc
+	if p == nil || p.Exited() {
+		return fmt.Errorf("%s: task %s: its main process (pid %d) has exited", h.drv.name, h.id, h.pid)
+	}
+	if err := p.Signal(sig); err != nil {
+		return fmt.Errorf("%s: task %s: %w", h.drv.name, h.id, err)
+	}
+	return nil
+}

@@ -231,6 +231,14 @@ func (c *client) stop(ctx context.Context, id string, timeout time.Duration) err
 	return err
 }
 
+// kill sends sig to the container's main process.
+func (c *client) kill(ctx context.Context, id string, sig int) error {
+	q := url.Values{}
+	q.Set("signal", fmt.Sprint(sig))
+	_, err := c.do(ctx, http.MethodPost, "/containers/"+url.PathEscape(id)+"/kill", q, nil, nil)
+	return err
+}
+
 type rmReport struct {
 	ID  string `json:"Id"`
 	Err any    `json:"Err"`

@@ -69,6 +69,7 @@ type Driver struct {
 	stateDir string
 	socket   string
 	confPath string
+	bin      string // the podman binary (alloc exec runs `podman exec`)
 	limits   rlimits
 	c        *client
 	svc      *sharedService // nil when the service is not berth's
@@ -131,6 +132,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("podman: %w", err)
 	}
 	d.svc = svc
+	d.bin = podmanBin
 	d.c = newClient(socket)
 	return d, nil
 }

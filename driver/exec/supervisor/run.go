@@ -33,6 +33,8 @@ func Main(args []string) int {
 			return run(args)
 		case "init":
 			return initMain()
+		case "enter":
+			return enterMain()
 		}
 	}
 	fmt.Fprintf(os.Stderr, "%s is started by berth's raw_exec and exec drivers, one per task; it is not run by hand\n", Binary)

@@ -70,3 +70,23 @@ func TestParseReady(t *testing.T) {
 		t.Fatalf("ParseReady(err) = %v", err)
 	}
 }
+
+func TestEnterSpecRoundTrip(t *testing.T) {
+	in := &EnterSpec{
+		Args: []string{"sh", "-c", "echo \"a b\"\n"}, Env: []string{"PATH=/bin", "X=1=2"},
+		UID: 65534, GID: 65534, Groups: []int{65534, 27},
+		CapBnd: 0xa80425fb, CapPrm: 0x1, CapAmb: 0x400, NoNewPrivs: true,
+		CgroupRel: "berth/x.y.t", CgroupUnified: "/sys/fs/cgroup/unified/berth/x.y.t", CgroupV1: []string{"/sys/fs/cgroup/memory/berth/x.y.t"},
+		Net: true, Mnt: true, PID: true, Root: true, Cwd: true, TTY: true,
+	}
+	out, err := ParseEnterSpec(in.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", out, in)
+	}
+	if _, err := ParseEnterSpec([]byte("version \"1\"\n")); err == nil {
+		t.Error("a spec without a command parsed")
+	}
+}

@@ -1,0 +1,513 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/logfile"
+	"github.com/berth/berth/internal/pty"
+	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
+)
+
+// The operator's controls of one allocation: logs (and follow), stop,
+// restart, signal and exec. An unknown allocation is 404; one that is not
+// running (any more) 409, with what it is.
+
+// writeControlErr maps the runner's control errors to their statuses.
+func writeControlErr(w http.ResponseWriter, al *store.Allocation, err error) {
+	switch {
+	case errors.Is(err, runner.ErrAllocNotRunning):
+		writeError(w, http.StatusConflict, "allocation %s is %s, not running: nothing to do (see `berth alloc status %s`)", al.ID, al.Status, shortID(al.ID))
+	case errors.Is(err, runner.ErrTaskNotRunning):
+		writeError(w, http.StatusConflict, "%v; try again once it runs (see `berth alloc status %s`)", err, shortID(al.ID))
+	case errors.Is(err, runner.ErrNoSuchTask):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, runner.ErrNotSupported):
+		writeError(w, http.StatusNotImplemented, "%v", err)
+	default:
+		writeErr(w, err)
+	}
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func (a *Agent) handleAllocStop(w http.ResponseWriter, r *http.Request) {
+	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	done, err := a.runner.StopAlloc(al.ID)
+	if err != nil {
+		writeControlErr(w, al, err)
+		return
+	}
+	a.log.Info("stopping allocation (operator)", "alloc_id", al.ID, "job", al.JobID)
+	resp := api.AllocStopResponse{AllocID: al.ID}
+	if err := a.wait(r.Context(), done); err != nil {
+		a.log.Warn("allocation still stopping", "alloc_id", al.ID, "err", err)
+		writeJSON(w, http.StatusAccepted, resp)
+		return
+	}
+	resp.Stopped = true
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// taskParam is the optional ?task= of a control request, checked.
+func taskParam(r *http.Request) (string, error) {
+	t := r.URL.Query().Get("task")
+	if t == "" {
+		return "", nil
+	}
+	return t, validName("task", t)
+}
+
+func (a *Agent) handleAllocRestart(w http.ResponseWriter, r *http.Request) {
+	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	task, err := taskParam(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.set.stopTimeout)
+	defer cancel()
+	tasks, err := a.runner.RestartAlloc(ctx, al.ID, task)
+	if err != nil && len(tasks) == 0 {
+		writeControlErr(w, al, err)
+		return
+	}
+	a.log.Info("restarted tasks (operator)", "alloc_id", al.ID, "tasks", strings.Join(tasks, ","))
+	code := http.StatusOK
+	if err != nil {
+		// Asked, still under way.
+		code = http.StatusAccepted
+	}
+	writeJSON(w, code, api.AllocRestartResponse{AllocID: al.ID, Tasks: tasks})
+}
+
+func (a *Agent) handleAllocSignal(w http.ResponseWriter, r *http.Request) {
+	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	task, err := taskParam(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	name := r.URL.Query().Get("signal")
+	if name == "" {
+		name = "SIGKILL"
+	}
+	sig, ok := parseSignal(name)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "signal %q: use a name (SIGUSR1, USR1) or a number", name)
+		return
+	}
+	tasks, err := a.runner.SignalAlloc(r.Context(), al.ID, task, sig)
+	if err != nil && len(tasks) == 0 {
+		writeControlErr(w, al, err)
+		return
+	}
+	a.log.Info("signalled tasks (operator)", "alloc_id", al.ID, "signal", name, "tasks", strings.Join(tasks, ","))
+	writeJSON(w, http.StatusOK, api.AllocSignalResponse{AllocID: al.ID, Signal: name, Tasks: tasks})
+}
+
+func parseSignal(s string) (syscall.Signal, bool) {
+	if n, err := strconv.Atoi(s); err == nil {
+		return syscall.Signal(n), n > 0 && n < 65
+	}
+	sig, ok := jobspec.SignalNumber(s)
+	return syscall.Signal(sig), ok
+}
+
+// handleLogs serves <data_dir>/alloc/<id>/<task>.stdout (or .stderr),
+// from the last tail bytes or lines when asked, and with follow=true what
+// the task writes after, until it is dead. The task must be one of the
+// allocation's: nothing from the request reaches the path unchecked.
+func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
+	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	task := r.PathValue("task")
+	known := false
+	var names []string
+	for _, t := range al.Tasks {
+		names = append(names, t.Name)
+		if t.Name == task {
+			known = true
+		}
+	}
+	if !known {
+		writeError(w, http.StatusNotFound, "allocation %s has no task %q (tasks: %s)", al.ID, task, strings.Join(names, ", "))
+		return
+	}
+	q := r.URL.Query()
+	typ := q.Get("type")
+	if typ == "" {
+		typ = "stdout"
+	}
+	if typ != "stdout" && typ != "stderr" {
+		writeError(w, http.StatusBadRequest, "type %q: use stdout or stderr", typ)
+		return
+	}
+	var tail int64
+	if s := q.Get("tail"); s != "" {
+		if tail, err = strconv.ParseInt(s, 10, 64); err != nil || tail < 0 {
+			writeError(w, http.StatusBadRequest, "tail %q: use a number of bytes", s)
+			return
+		}
+	}
+	var lines int
+	if s := q.Get("lines"); s != "" {
+		if lines, err = strconv.Atoi(s); err != nil || lines < 0 {
+			writeError(w, http.StatusBadRequest, "lines %q: use a number of lines", s)
+			return
+		}
+	}
+	if tail > 0 && lines > 0 {
+		writeError(w, http.StatusBadRequest, "give tail (bytes) or lines, not both")
+		return
+	}
+	follow := false
+	if s := q.Get("follow"); s != "" {
+		if follow, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "follow %q: use true or false", s)
+			return
+		}
+	}
+	dead := func() bool {
+		ts, live := a.runner.TaskStates(al.ID)
+		if !live {
+			return true
+		}
+		for _, t := range ts {
+			if t.Name == task {
+				return t.State == "dead"
+			}
+		}
+		return true
+	}
+	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ
+	// The task can write its allocation dir: what is there by that name
+	// is opened only if it is a regular file of its own, no symlink
+	// followed (a task could plant one to /etc/shadow).
+	f, err := logfile.OpenBeneath(dir, name, os.O_RDONLY, 0)
+	for follow && errors.Is(err, os.ErrNotExist) && !dead() {
+		// Not written yet: the task is about to start.
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		f, err = logfile.OpenBeneath(dir, name, os.O_RDONLY, 0)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
+			return
+		}
+		if errors.Is(err, logfile.ErrUnsafe) {
+			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not a regular file (replaced by a link?): not served", typ, task, al.ID)
+			return
+		}
+		writeErr(w, err)
+		return
+	}
+	var off int64
+	switch {
+	case tail > 0:
+		off, err = logfile.TailBytes(f, tail)
+	case lines > 0:
+		off, err = logfile.TailLines(f, lines)
+	}
+	if err == nil && off > 0 {
+		_, err = f.Seek(off, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		writeErr(w, fmt.Errorf("log %s of allocation %s: %w", name, al.ID, err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !follow {
+		defer f.Close()
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.Copy(w, f)
+		return
+	}
+	rc := http.NewResponseController(w)
+	// A followed log is a response that lasts: read_timeout bounds the
+	// request, not this.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	// Follow closes f, or the file it moved on to.
+	err = logfile.Follow(r.Context(), dir, name, f, w, logfile.FollowOptions{Done: dead, Flush: func() { _ = rc.Flush() }})
+	if err != nil && r.Context().Err() == nil {
+		a.log.Warn("following a log ended early", "alloc_id", al.ID, "task", task, "err", err)
+	}
+}
+
+// maxExecCommandBytes bounds an exec request's command (its JSON).
+const maxExecCommandBytes = 64 << 10
+
+// handleExec runs a command beside a task (berth alloc exec): the
+// connection is taken over (Upgrade: berth-exec) and carries frames
+// (package api) both ways until the command's exit status.
+func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
+	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	q := r.URL.Query()
+	task, err := taskParam(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var cmd []string
+	if s := q.Get("command"); len(s) > maxExecCommandBytes {
+		writeError(w, http.StatusBadRequest, "command is longer than %d bytes", maxExecCommandBytes)
+		return
+	} else if err := json.Unmarshal([]byte(s), &cmd); err != nil || len(cmd) == 0 || cmd[0] == "" {
+		writeError(w, http.StatusBadRequest, `command %q: give the command and its arguments as a JSON array, e.g. ["ip","addr"]`, s)
+		return
+	}
+	tty := false
+	if s := q.Get("tty"); s != "" {
+		if tty, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "tty %q: use true or false", s)
+			return
+		}
+	}
+	var rows, cols uint64
+	if tty && q.Get("rows") != "" {
+		rows, err = strconv.ParseUint(q.Get("rows"), 10, 16)
+		if err == nil {
+			cols, err = strconv.ParseUint(q.Get("cols"), 10, 16)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "rows %q, cols %q: use the terminal's size", q.Get("rows"), q.Get("cols"))
+			return
+		}
+	}
+	if !api.HeaderHasToken(r.Header.Get("Connection"), "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), api.ExecUpgrade) {
+		writeError(w, http.StatusBadRequest, "exec takes over the connection: send Connection: Upgrade and Upgrade: %s (berth alloc exec does)", api.ExecUpgrade)
+		return
+	}
+	ex, task, err := a.runner.ExecTarget(al.ID, task)
+	if err != nil {
+		writeControlErr(w, al, err)
+		return
+	}
+	s, err := newExecStdio(tty)
+	if err != nil {
+		writeErr(w, fmt.Errorf("allocation %s: exec: %w", al.ID, err))
+		return
+	}
+	defer s.close()
+	if tty && rows > 0 && cols > 0 {
+		_ = pty.SetSize(s.master, uint16(rows), uint16(cols))
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeErr(w, fmt.Errorf("allocation %s: exec: take over the connection: %w", al.ID, err))
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.ExecUpgrade + "\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	a.log.Info("exec in allocation", "alloc_id", al.ID, "task", task, "cmd", strings.Join(cmd, " "), "tty", tty, "remote", r.RemoteAddr)
+	fw := api.NewFrameWriter(brw, brw.Flush)
+
+	// The session ends with the command, with the client's connection
+	// (the command is killed), or with the agent.
+	ctx, cancel := context.WithCancel(a.jobsCtx)
+	defer cancel()
+	go s.readClient(brw.Reader, cancel)
+	var pumps sync.WaitGroup
+	s.pump(&pumps, fw)
+
+	req := &driver.ExecRequest{Cmd: cmd, Stdin: s.childIn, Stdout: s.childOut, Stderr: s.childErr, TTY: tty}
+	if tty {
+		req.Env = map[string]string{"TERM": "xterm"}
+	}
+	code, err := ex.Exec(ctx, req)
+	s.closeChild()
+	// What the command wrote is sent; a process it left behind holding
+	// the output open does not keep the session.
+	waited := make(chan struct{})
+	go func() { pumps.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(2 * time.Second):
+		s.closeOutputs()
+		<-waited
+	}
+	res := api.ExecResult{ExitCode: code}
+	if err != nil {
+		res.ExitCode, res.Error = 126, err.Error()
+		if strings.Contains(res.Error, "not found") {
+			res.ExitCode = 127
+		}
+		a.log.Warn("exec in allocation failed", "alloc_id", al.ID, "task", task, "err", err)
+	}
+	b, _ := json.Marshal(res)
+	_ = fw.Write(api.FrameExit, b)
+}
+
+// execStdio is the command's stdin, stdout and stderr: three pipes, or one
+// pty (its slave three times, the master ours).
+type execStdio struct {
+	tty                         bool
+	master                      *os.File // tty only
+	childIn, childOut, childErr *os.File
+	in, out, errOut             *os.File // our ends (tty: master, master, nil)
+	closeOnce                   sync.Once
+}
+
+func newExecStdio(tty bool) (*execStdio, error) {
+	s := &execStdio{tty: tty}
+	if tty {
+		m, sl, err := pty.Open()
+		if err != nil {
+			return nil, err
+		}
+		s.master, s.in, s.out = m, m, m
+		s.childIn, s.childOut, s.childErr = sl, sl, sl
+		return s, nil
+	}
+	var pipes [3][2]*os.File
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range pipes[:i] {
+				p[0].Close()
+				p[1].Close()
+			}
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	s.childIn, s.in = pipes[0][0], pipes[0][1]
+	s.out, s.childOut = pipes[1][0], pipes[1][1]
+	s.errOut, s.childErr = pipes[2][0], pipes[2][1]
+	return s, nil
+}
+
+// readClient applies the client's frames until its connection ends, which
+// ends the session (cancel).
+func (s *execStdio) readClient(r *bufio.Reader, cancel context.CancelFunc) {
+	defer cancel()
+	for {
+		typ, p, err := api.ReadFrame(r)
+		if err != nil {
+			return
+		}
+		switch typ {
+		case api.FrameStdin:
+			if _, err := s.in.Write(p); err != nil && !s.tty {
+				// The command closed its stdin; what follows is dropped.
+				continue
+			}
+		case api.FrameStdinEOF:
+			if s.tty {
+				// A terminal's end of input is its EOF character.
+				_, _ = s.master.Write([]byte{4})
+			} else {
+				s.in.Close()
+			}
+		case api.FrameResize:
+			if rows, cols, ok := api.ParseResize(p); ok && s.tty {
+				_ = pty.SetSize(s.master, rows, cols)
+			}
+		}
+	}
+}
+
+// pump sends the command's output to the client until EOF.
+func (s *execStdio) pump(wg *sync.WaitGroup, fw *api.FrameWriter) {
+	copyOut := func(f *os.File, typ byte) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 && fw.Write(typ, buf[:n]) != nil {
+				return
+			}
+			if err != nil {
+				// EOF, or EIO from a pty whose slave is closed.
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go copyOut(s.out, api.FrameStdout)
+	if s.errOut != nil {
+		wg.Add(1)
+		go copyOut(s.errOut, api.FrameStderr)
+	}
+}
+
+// closeChild closes the command's ends, so that ours see EOF once every
+// process that has them is gone.
+func (s *execStdio) closeChild() {
+	s.closeOnce.Do(func() {
+		s.childIn.Close()
+		if !s.tty {
+			s.childOut.Close()
+			s.childErr.Close()
+		}
+	})
+}
+
+func (s *execStdio) closeOutputs() {
+	s.out.Close()
+	if s.errOut != nil {
+		s.errOut.Close()
+	}
+}
+
+func (s *execStdio) close() {
+	s.closeChild()
+	for _, f := range []*os.File{s.in, s.out, s.errOut} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}

@@ -1,0 +1,418 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"github.com/berth/berth/internal/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// `berth-supervisor enter` runs a command beside a running task (berth
+// alloc exec): it joins the task's cgroup and namespaces and takes the
+// task's identity on one locked thread, forks the command from that
+// thread, waits for it and exits with its status. The driver hands it,
+// after stdin, stdout and stderr, the spec and a reply pipe, then the
+// task's namespaces and directories as open files, so a PID reused in
+// between cannot make it enter another process.
+const (
+	enterNetFD  = 5
+	enterIPCFD  = 6
+	enterMntFD  = 7
+	enterPIDFD  = 8
+	enterRootFD = 9
+	enterCwdFD  = 10
+	// EnterFDs is how many files the driver passes after stdin, stdout
+	// and stderr: the spec, the reply pipe and the six above.
+	EnterFDs = 8
+)
+
+// EnterSetupFailed is the enter helper's exit status when it could not
+// run the command; the reply pipe says why.
+const EnterSetupFailed = 255
+
+// EnterSpec is what `enter` needs, read from the running task (its
+// /proc entry) by the driver.
+type EnterSpec struct {
+	// Args is the command (Args[0] is looked up in Env's PATH inside the
+	// task's root), Env its whole environment.
+	Args []string
+	Env  []string
+	// The task's user.
+	UID, GID int
+	Groups   []int
+	// The task's capability sets (bit masks as in /proc/<pid>/status):
+	// the bounding set the command is limited to, the permitted set a
+	// root task keeps and the ambient set a non-root task keeps.
+	CapBnd, CapPrm, CapAmb uint64
+	NoNewPrivs             bool
+	// The task's cgroup, as Spec has it; empty: none.
+	CgroupRel     string
+	CgroupUnified string
+	CgroupV1      []string
+	// Which of the namespace and directory files were passed.
+	Net, IPC, Mnt, PID, Root, Cwd bool
+	// TTY: stdin is a terminal that becomes the command's controlling one.
+	TTY bool
+}
+
+// Marshal encodes the spec.
+func (s *EnterSpec) Marshal() []byte {
+	var w writer
+	w.num("version", Version)
+	for _, a := range s.Args {
+		w.str("arg", a)
+	}
+	for _, e := range s.Env {
+		w.str("env", e)
+	}
+	w.num("uid", int64(s.UID))
+	w.num("gid", int64(s.GID))
+	for _, g := range s.Groups {
+		w.num("group", int64(g))
+	}
+	w.unum("cap_bnd", s.CapBnd)
+	w.unum("cap_prm", s.CapPrm)
+	w.unum("cap_amb", s.CapAmb)
+	w.flag("nnp", s.NoNewPrivs)
+	w.str("cgroup_rel", s.CgroupRel)
+	w.str("cgroup_unified", s.CgroupUnified)
+	for _, d := range s.CgroupV1 {
+		w.str("cgroup_v1", d)
+	}
+	w.flag("net", s.Net)
+	w.flag("ipc", s.IPC)
+	w.flag("mnt", s.Mnt)
+	w.flag("pid", s.PID)
+	w.flag("root", s.Root)
+	w.flag("cwd", s.Cwd)
+	w.flag("tty", s.TTY)
+	return w.b.Bytes()
+}
+
+// ParseEnterSpec decodes a spec written by Marshal of the same Version.
+func ParseEnterSpec(b []byte) (*EnterSpec, error) {
+	fields, err := parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("enter spec: %w", err)
+	}
+	s := &EnterSpec{}
+	var r reader
+	version := 0
+	flag := func(f field) bool { return f.val == "true" }
+	for _, f := range fields {
+		switch f.key {
+		case "version":
+			version = r.int(f)
+		case "arg":
+			s.Args = append(s.Args, f.val)
+		case "env":
+			s.Env = append(s.Env, f.val)
+		case "uid":
+			s.UID = r.int(f)
+		case "gid":
+			s.GID = r.int(f)
+		case "group":
+			s.Groups = append(s.Groups, r.int(f))
+		case "cap_bnd":
+			s.CapBnd = r.uint64(f)
+		case "cap_prm":
+			s.CapPrm = r.uint64(f)
+		case "cap_amb":
+			s.CapAmb = r.uint64(f)
+		case "nnp":
+			s.NoNewPrivs = flag(f)
+		case "cgroup_rel":
+			s.CgroupRel = f.val
+		case "cgroup_unified":
+			s.CgroupUnified = f.val
+		case "cgroup_v1":
+			s.CgroupV1 = append(s.CgroupV1, f.val)
+		case "net":
+			s.Net = flag(f)
+		case "ipc":
+			s.IPC = flag(f)
+		case "mnt":
+			s.Mnt = flag(f)
+		case "pid":
+			s.PID = flag(f)
+		case "root":
+			s.Root = flag(f)
+		case "cwd":
+			s.Cwd = flag(f)
+		case "tty":
+			s.TTY = flag(f)
+		default:
+			return nil, fmt.Errorf("enter spec: unknown field %q", f.key)
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("enter spec: %w", r.err)
+	}
+	if version != Version {
+		return nil, fmt.Errorf("enter spec version %d, this %s speaks %d: berth and %s are of different builds", version, Binary, Version, Binary)
+	}
+	if len(s.Args) == 0 {
+		return nil, errors.New("enter spec: no command")
+	}
+	return s, nil
+}
+
+// enterMain is `berth-supervisor enter`.
+func enterMain() int {
+	// Namespaces, root, credentials and capabilities change on this
+	// thread only; the command is forked from it. The Go runtime makes
+	// no thread from a locked one, so nothing else inherits this state.
+	runtime.LockOSThread()
+	reply := os.NewFile(replyFD, "reply")
+	fail := func(err error) int {
+		_, _ = reply.WriteString(err.Error())
+		return EnterSetupFailed
+	}
+	for fd := specFD; fd <= enterCwdFD; fd++ {
+		// Not inherited by the command; absent ones are closed already.
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+	}
+	b, err := readFD(specFD)
+	if err != nil {
+		return fail(fmt.Errorf("read the enter spec: %w", err))
+	}
+	sp, err := ParseEnterSpec(b)
+	if err != nil {
+		return fail(err)
+	}
+	path, err := enter(sp)
+	if err != nil {
+		return fail(err)
+	}
+	attr := &syscall.SysProcAttr{
+		// A session of its own; with a terminal, that terminal is its
+		// controlling one.
+		Setsid: true, Setctty: sp.TTY, Ctty: 0,
+	}
+	if !sp.PID {
+		// It dies with this helper (this thread). Not in another PID
+		// namespace: there its parent's PID reads 0, which Go's fork
+		// takes for a parent already dead, and the child kills itself.
+		attr.Pdeathsig = syscall.SIGKILL
+	}
+	// The driver ends a session with SIGTERM: the command goes with it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	pid, err := syscall.ForkExec(path, sp.Args, &syscall.ProcAttr{Env: sp.Env, Files: []uintptr{0, 1, 2}, Sys: attr})
+	if err != nil {
+		return fail(fmt.Errorf("exec %s: %w", sp.Args[0], err))
+	}
+	go func() {
+		// Another thread than the locked one: still root, it may
+		// signal the command whatever the task's user.
+		<-sigs
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}()
+	reply.Close()
+	os.Stdin.Close()
+	os.Stdout.Close()
+	os.Stderr.Close()
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// enter takes this thread into the task's context and returns the
+// command's path as found there.
+func enter(sp *EnterSpec) (string, error) {
+	// The cgroup first: its files are the host's.
+	if sp.CgroupRel != "" {
+		cg := &cgroup.Set{Rel: sp.CgroupRel, Unified: sp.CgroupUnified, V1: sp.CgroupV1}
+		if err := cg.JoinSelf(); err != nil {
+			return "", fmt.Errorf("join the task's cgroup: %w", err)
+		}
+	}
+	if sp.Net {
+		if err := unix.Setns(enterNetFD, unix.CLONE_NEWNET); err != nil {
+			return "", fmt.Errorf("enter the task's network namespace: %w", err)
+		}
+	}
+	if sp.IPC {
+		if err := unix.Setns(enterIPCFD, unix.CLONE_NEWIPC); err != nil {
+			return "", fmt.Errorf("enter the task's IPC namespace: %w", err)
+		}
+	}
+	if sp.Mnt {
+		// A thread may change its mount namespace only once it shares
+		// its root and working directory with no other thread.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return "", fmt.Errorf("unshare the filesystem attributes: %w", err)
+		}
+		if err := unix.Setns(enterMntFD, unix.CLONE_NEWNS); err != nil {
+			return "", fmt.Errorf("enter the task's mount namespace: %w", err)
+		}
+	}
+	if sp.Root {
+		if err := unix.Fchdir(enterRootFD); err != nil {
+			return "", fmt.Errorf("enter the task's root: %w", err)
+		}
+		if err := unix.Chroot("."); err != nil {
+			return "", fmt.Errorf("chroot to the task's root: %w", err)
+		}
+	}
+	if sp.Cwd {
+		if err := unix.Fchdir(enterCwdFD); err != nil {
+			return "", fmt.Errorf("enter the task's working directory: %w", err)
+		}
+	} else if err := unix.Chdir("/"); err != nil {
+		return "", err
+	}
+	if sp.PID {
+		// For the command only: this helper stays where it is.
+		if err := unix.Setns(enterPIDFD, unix.CLONE_NEWPID); err != nil {
+			return "", fmt.Errorf("enter the task's PID namespace: %w", err)
+		}
+	}
+	// Looked up as the task would, before the user changes: root can
+	// stat what the task's user could not, which does not matter here as
+	// the exec is checked as the user anyway.
+	path, err := lookPath(sp.Args[0], sp.Env)
+	if err != nil {
+		return "", err
+	}
+	if err := enterIdentity(sp); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// lookPath finds name in env's PATH, as a shell of the task would.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathVar := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range strings.Split(pathVar, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + name
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec %s: not found in the task's PATH (%s)", name, pathVar)
+}
+
+// enterIdentity takes the task's user and capabilities on this thread
+// (raw system calls: Go's wrappers would change every thread).
+func enterIdentity(sp *EnterSpec) error {
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		if sp.CapBnd&(1<<uint(c)) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	nonRoot := sp.UID != 0
+	if nonRoot && sp.CapAmb != 0 {
+		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("keep capabilities: %w", err)
+		}
+	}
+	groups := make([]uint32, len(sp.Groups))
+	for i, g := range sp.Groups {
+		groups[i] = uint32(g)
+	}
+	var gp unsafe.Pointer
+	if len(groups) > 0 {
+		gp = unsafe.Pointer(&groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(gp), 0); e != 0 {
+		return fmt.Errorf("user: setgroups %v: %w", sp.Groups, e)
+	}
+	gid := uintptr(sp.GID)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, gid, gid, gid); e != 0 {
+		return fmt.Errorf("user: setresgid %d: %w", sp.GID, e)
+	}
+	uid := uintptr(sp.UID)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); e != 0 {
+		return fmt.Errorf("user: setresuid %d: %w", sp.UID, e)
+	}
+	// What the task has: a root task its permitted set (within the
+	// bounding set), a non-root one its ambient set.
+	keep := sp.CapPrm & sp.CapBnd
+	if nonRoot {
+		keep = sp.CapAmb
+	}
+	if !nonRoot || keep != 0 {
+		lo, hi := uint32(keep), uint32(keep>>32)
+		data := [2]unix.CapUserData{
+			{Effective: lo, Permitted: lo, Inheritable: lo},
+			{Effective: hi, Permitted: hi, Inheritable: hi},
+		}
+		if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
+			return fmt.Errorf("capset: %w", err)
+		}
+	}
+	if nonRoot {
+		for c := 0; c <= last; c++ {
+			if keep&(1<<uint(c)) == 0 {
+				continue
+			}
+			if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+				return fmt.Errorf("raise ambient capability %d: %w", c, err)
+			}
+		}
+	}
+	if sp.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+	}
+	return nil
+}
+
+// readFD reads fd from its start.
+func readFD(fd int) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for off := int64(0); ; {
+		n, err := unix.Pread(fd, buf, off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n > 0 {
+			b = append(b, buf[:n]...)
+			off += int64(n)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return b, nil
+		}
+	}
+}
+
+// ParseCapMask parses a capability mask as /proc/<pid>/status shows it.
+func ParseCapMask(s string) (uint64, error) { return strconv.ParseUint(strings.TrimSpace(s), 16, 64) }
