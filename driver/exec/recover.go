@@ -155,3 +155,15 @@ func (d *Driver) killGroup(ctx context.Context, pid int, start uint64) error {
 		}
 	}
 }
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
