@@ -32,6 +32,11 @@ var (
 	// Setup heals it once by recreating it; the error is returned only if
 	// that also failed.
 	ErrCheckFailed = errors.New("network namespace already exists but was misconfigured")
+	// ErrNetnsGone: the attachment's namespace vanished (a reboot, an `ip
+	// netns del`): CHECK cannot pass, so it is a CHECK failure
+	// (errors.Is(err, ErrCheckFailed)) and healed the same way, with a
+	// message that says what happened.
+	ErrNetnsGone error = netnsGone{}
 	// ErrNotOwned: a namespace exists under the ID's name but berth has no
 	// record of it (neither in its store nor in libcni's cache).
 	ErrNotOwned = errors.New("network namespace exists but was not created by berth")
@@ -136,6 +141,11 @@ func (m *Manager) CNI() *cni.Client {
 	c, _ := m.o.CNI.(*cni.Client)
 	return c
 }
+
+type netnsGone struct{}
+
+func (netnsGone) Error() string        { return "network namespace is gone" }
+func (netnsGone) Is(target error) bool { return target == ErrCheckFailed }
 
 // ConfDir is the CNI config dir networks are loaded from.
 func (m *Manager) ConfDir() string { return m.o.ConfDir }
@@ -562,7 +572,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Status, error) {
 		return st, fmt.Errorf("check %s: attachment is in phase %s, not ready", id, rec.Phase)
 	}
 	if !m.exists(id) {
-		return st, fmt.Errorf("check %s: %w: %s is gone", id, ErrCheckFailed, rec.NetnsPath)
+		return st, fmt.Errorf("check %s: %w: %s (rebooted, or removed behind berth's back)", id, ErrNetnsGone, rec.NetnsPath)
 	}
 	net, err := cni.ParseNetwork(rec.ConfList, "record of "+id)
 	if err != nil {

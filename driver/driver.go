@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -253,4 +254,24 @@ var ErrExecSetup = errors.New("cannot run the command in the task's context")
 // N) once it ended; ending ctx kills it.
 type Execer interface {
 	Exec(ctx context.Context, req *ExecRequest) (exitCode int, err error)
+}
+
+// ConfigString is a scalar of a task's config as a string, converted as
+// Nomad's list(string) and string attributes convert it (HCL's number and
+// bool to string: `args = ["-n", 3, true]` is "-n", "3", "true"); ok is
+// false for anything else (a list, a map, null).
+func ConfigString(v any) (s string, ok bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case bool:
+		return strconv.FormatBool(x), true
+	case int:
+		return strconv.Itoa(x), true
+	case int64:
+		return strconv.FormatInt(x, 10), true
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	}
+	return "", false
 }

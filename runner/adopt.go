@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth/berth/attach"
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/internal/cleanup"
 	"github.com/berth/berth/internal/proc"
@@ -272,7 +273,11 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 			ts.Restarts++
 		})
 	}
-	a.event2(EventCheckFailed, fmt.Sprintf("CNI CHECK failed: %v", cerr))
+	what := "CNI CHECK failed"
+	if errors.Is(cerr, attach.ErrNetnsGone) {
+		what = "the namespace vanished while no agent ran"
+	}
+	a.event2(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
 	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
 	if err != nil {

@@ -181,7 +181,8 @@ func strList(cfg map[string]any, key string, bad func(field, format string, a ..
 		out = append([]string(nil), v...)
 	case []any:
 		for i, a := range v {
-			s, ok := a.(string)
+			// Numbers and bools become strings, as in Nomad.
+			s, ok := driver.ConfigString(a)
 			if !ok {
 				bad(fmt.Sprintf("%s[%d]", key, i), "must be a string, got %T", a)
 				continue

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berth/berth/driver"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error ValidateConfig returns.
@@ -461,7 +463,8 @@ func stringList(v any) ([]string, bool) {
 	case []any:
 		out := make([]string, 0, len(l))
 		for _, e := range l {
-			s, ok := e.(string)
+			// Numbers and bools become strings, as in Nomad.
+			s, ok := driver.ConfigString(e)
 			if !ok {
 				return nil, false
 			}

@@ -38,8 +38,8 @@ func TestParseConfig(t *testing.T) {
 			errHas: "podman: config.args must be a list of strings",
 		},
 		{
-			name:   "args with a number",
-			cfg:    map[string]any{"image": "busybox", "args": []any{"-c", 3}},
+			name:   "args with a list",
+			cfg:    map[string]any{"image": "busybox", "args": []any{"-c", []any{"x"}}},
 			errHas: "podman: config.args must be a list of strings",
 		},
 		{
