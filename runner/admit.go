@@ -39,7 +39,7 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 		waited = true
 		a.mu.Lock()
 		a.alloc.StatusDesc = "queued: waiting for " + why
-		a.event(EventQueued, "waiting for "+why)
+		a.eventLocked(EventQueued, "waiting for "+why)
 		a.mu.Unlock()
 		a.log.Info("allocation queued: the node has no room for it now", "waiting_for", why)
 		a.save(ctx)
@@ -51,7 +51,7 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 	if waited {
 		a.mu.Lock()
 		a.alloc.StatusDesc = ""
-		a.event(EventAdmitted, "resources available")
+		a.eventLocked(EventAdmitted, "resources available")
 		a.mu.Unlock()
 	}
 	slot, err := r.starts.acquire(ctx)
@@ -90,7 +90,7 @@ func (a *allocRun) stoppedQueued(ctx context.Context) {
 	for i := range a.alloc.Tasks {
 		a.alloc.Tasks[i].State = "dead"
 	}
-	a.event("Killed", "stopped while queued for resources")
+	a.eventLocked("Killed", "stopped while queued for resources")
 	a.mu.Unlock()
 	a.save(ctx)
 	if m := a.r.o.Metrics; m != nil {

@@ -205,7 +205,7 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 		}
 		if err == nil {
 			handles[i] = h
-			a.event2(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
+			a.event(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
 			continue
 		}
 		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
@@ -214,7 +214,7 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 			}
 		}
-		a.event2(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
+		a.event(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
 		a.setTask(i, func(ts *store.TaskState) {
 			ts.State, ts.Handle = "pending", nil
 			ts.Restarts++
@@ -244,11 +244,11 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	st, cerr := a.r.o.Attach.Check(ctx, id)
 	switch {
 	case cerr == nil && st.CheckSkipped != "":
-		a.event2(EventCheckSkipped, "CHECK of namespace "+st.NetnsPath+" skipped: "+st.CheckSkipped)
+		a.event(EventCheckSkipped, "CHECK of namespace "+st.NetnsPath+" skipped: "+st.CheckSkipped)
 		return st.NetnsPath, nil
 	case cerr == nil:
 		a.timingMS("berth", st.Timings.Check)
-		a.event2(EventCheckPassed, fmt.Sprintf("CNI CHECK passed: namespace %s on network %s", st.NetnsPath, st.Network))
+		a.event(EventCheckPassed, fmt.Sprintf("CNI CHECK passed: namespace %s on network %s", st.NetnsPath, st.Network))
 		return st.NetnsPath, nil
 	}
 	a.log.Warn("CNI CHECK of a re-adopted namespace failed; healing it", "err", cerr)
@@ -277,7 +277,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if errors.Is(cerr, attach.ErrNetnsGone) {
 		what = "the namespace vanished while no agent ran"
 	}
-	a.event2(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
+	a.event(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
 	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
 	if err != nil {
@@ -290,7 +290,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if len(names) > 0 {
 		msg += "; tasks " + strings.Join(names, ", ") + " restarted into it"
 	}
-	a.event2(EventHealed, msg)
+	a.event(EventHealed, msg)
 	a.save(ctx)
 	return nst.NetnsPath, nil
 }
@@ -324,5 +324,5 @@ func (a *allocRun) stopRecorded(ctx context.Context, why string) {
 		}
 		a.alloc.Tasks[i].State, a.alloc.Tasks[i].Handle = "dead", nil
 	}
-	a.event2("Killed", "not re-adopted: "+why)
+	a.event("Killed", "not re-adopted: "+why)
 }

@@ -72,7 +72,7 @@ func (r *Runner) StopAlloc(id string) (<-chan struct{}, error) {
 	first := !a.opStopped
 	a.opStopped = true
 	if first {
-		a.event("Stop Requested", "allocation stopped by the operator")
+		a.eventLocked("Stop Requested", "allocation stopped by the operator")
 	}
 	a.mu.Unlock()
 	a.cancel()
@@ -166,7 +166,7 @@ func (r *Runner) RestartAlloc(ctx context.Context, id, task string) ([]string, e
 		names[k] = c.t.Name
 		before[k] = a.alloc.Tasks[c.i].StartedAt
 		c.restartReq = true
-		a.event("Restart Signaled", fmt.Sprintf("task %s: restart requested by the operator", c.t.Name))
+		a.eventLocked("Restart Signaled", fmt.Sprintf("task %s: restart requested by the operator", c.t.Name))
 		c.restart(errUserRestart)
 	}
 	a.mu.Unlock()
@@ -208,7 +208,7 @@ func (r *Runner) SignalAlloc(ctx context.Context, id, task string, sig syscall.S
 	var ts []target
 	for _, c := range cs {
 		ts = append(ts, target{c.t.Name, c.h})
-		a.event("Signaling", fmt.Sprintf("task %s: sending %s (by the operator)", c.t.Name, signalName(sig)))
+		a.eventLocked("Signaling", fmt.Sprintf("task %s: sending %s (by the operator)", c.t.Name, signalName(sig)))
 	}
 	a.mu.Unlock()
 	if err != nil {

@@ -334,7 +334,7 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string, handles []dri
 	if ctx.Err() != nil {
 		// Stopped by the operator (Ctrl-C, job stop, end of --for): as in
 		// Nomad, a stopped allocation is complete, not failed.
-		a.event2("Killed", "allocation stopped")
+		a.event("Killed", "allocation stopped")
 		return nil
 	}
 	return errors.Join(errs...)
@@ -364,7 +364,7 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 		}
 	}
 	if len(never) > 0 {
-		a.event2("Not Started", fmt.Sprintf("task(s) %s not started: %s", strings.Join(never, ", "), why))
+		a.event("Not Started", fmt.Sprintf("task(s) %s not started: %s", strings.Join(never, ", "), why))
 	}
 	var live []*taskCtl
 	for _, c := range lc.ctl {
@@ -383,13 +383,13 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 		for i, c := range live {
 			names[i] = c.t.Name
 		}
-		a.event2("Killing", fmt.Sprintf("%s: stopping %s", why, strings.Join(names, ", ")))
+		a.event("Killing", fmt.Sprintf("%s: stopping %s", why, strings.Join(names, ", ")))
 		a.groupStopping()
 		if d := a.group.ShutdownDelay; d > 0 {
 			// Nomad's group shutdown_delay: between deregistering the
 			// group's services and stopping its tasks. Not cut short by a
 			// stop: that is what it is for.
-			a.event2("Waiting Shutdown Delay", fmt.Sprintf("group %s: shutdown_delay %s", a.group.Name, d))
+			a.event("Waiting Shutdown Delay", fmt.Sprintf("group %s: shutdown_delay %s", a.group.Name, d))
 			waitAny(d, live)
 		}
 		var leader, others, sidecars []*taskCtl
@@ -472,7 +472,7 @@ func (a *allocRun) runPoststop(ctx context.Context, lc *lifecycle) {
 	}
 	graceTimer := make(chan *time.Timer, 1)
 	stopWatch := context.AfterFunc(ctx, func() {
-		a.event2("Poststop Grace", fmt.Sprintf("allocation stopped: poststop tasks have %s to finish", poststopGrace))
+		a.event("Poststop Grace", fmt.Sprintf("allocation stopped: poststop tasks have %s to finish", poststopGrace))
 		graceTimer <- time.AfterFunc(poststopGrace, func() {
 			for _, c := range post {
 				c.cancel()
@@ -526,9 +526,9 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 		// the shutdown_delay.
 	} else if ctx.Err() == nil {
 		a.markOverran(i)
-		a.event2("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))
+		a.event("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))
 	} else if t.ShutdownDelay > 0 {
-		a.event2("Waiting Shutdown Delay", fmt.Sprintf("task %s: shutdown_delay %s", t.Name, t.ShutdownDelay))
+		a.event("Waiting Shutdown Delay", fmt.Sprintf("task %s: shutdown_delay %s", t.Name, t.ShutdownDelay))
 		dctx, cancel := cleanup.Context(ctx, t.ShutdownDelay)
 		res, werr = h.Wait(dctx)
 		cancel()
@@ -540,7 +540,7 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	if t.KillSignal != "" {
 		sig = t.KillSignal
 	}
-	a.event2("Killing", fmt.Sprintf("task %s: sending %s, SIGKILL after %s", t.Name, sig, dt.KillTimeout))
+	a.event("Killing", fmt.Sprintf("task %s: sending %s, SIGKILL after %s", t.Name, sig, dt.KillTimeout))
 	sctx, cancel := cleanup.Context(ctx, dt.KillTimeout+30*time.Second)
 	defer cancel()
 	_ = h.Stop(sctx, dt.KillTimeout)

@@ -77,7 +77,7 @@ func (a *allocRun) restartTask(i int, failure, fatal bool, why string) bool {
 	if fatal {
 		typ = "Killing"
 	}
-	a.event2(typ, fmt.Sprintf("task %s: %s", a.group.Tasks[i].Name, why))
+	a.event(typ, fmt.Sprintf("task %s: %s", a.group.Tasks[i].Name, why))
 	at.cancel(errRestart)
 	return true
 }

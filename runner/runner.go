@@ -245,14 +245,14 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	for _, t := range group.Tasks {
 		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
 	}
-	a.event("Received", "allocation created")
+	a.eventLocked("Received", "allocation created")
 	if replaces != "" {
-		a.event("Replacement", "replaces allocation "+replaces+", stopped by the operator")
+		a.eventLocked("Replacement", "replaces allocation "+replaces+", stopped by the operator")
 	}
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
-		a.event(EventNotRecorded, err.Error())
+		a.eventLocked(EventNotRecorded, err.Error())
 		a.log.Error("could not record the allocation; it does not run", "err", err)
 		return a.alloc, false
 	}
@@ -280,13 +280,14 @@ func (a *allocRun) detachRecord(ctx context.Context) {
 	a.servicesDetached()
 	a.mu.Lock()
 	a.alloc.Detached = true
-	a.event(EventDetached, "the agent stopped without draining: tasks and network left as they are for the next agent to re-adopt")
+	a.eventLocked(EventDetached, "the agent stopped without draining: tasks and network left as they are for the next agent to re-adopt")
 	a.mu.Unlock()
 	a.save(ctx)
 	a.log.Info("allocation left running for the next agent")
 }
 
-func (a *allocRun) event(typ, msg string) {
+// eventLocked records an allocation event; the caller holds a.mu.
+func (a *allocRun) eventLocked(typ, msg string) {
 	a.alloc.Events = append(a.alloc.Events, store.Event{Time: time.Now(), Type: typ, Message: msg})
 }
 
@@ -310,7 +311,7 @@ func (a *allocRun) save(ctx context.Context) {
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
-		a.event2(EventNotRecorded, err.Error())
+		a.event(EventNotRecorded, err.Error())
 	}
 }
 
@@ -380,7 +381,7 @@ func (a *allocRun) run(ctx context.Context) {
 	}
 
 	if ctx.Err() != nil {
-		a.event2("Killed", "allocation stopped before its tasks started")
+		a.event("Killed", "allocation stopped before its tasks started")
 		a.finish(ctx, nil, netName != "")
 		return
 	}
@@ -468,7 +469,7 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	}
 	a.mu.Lock()
 	a.alloc.Network = ns
-	a.event("Network", fmt.Sprintf("namespace %s on network %s, %s", st.NetnsPath, st.Network, strings.Join(st.IPv4, ",")))
+	a.eventLocked("Network", fmt.Sprintf("namespace %s on network %s, %s", st.NetnsPath, st.Network, strings.Join(st.IPv4, ",")))
 	a.mu.Unlock()
 	return st, nil
 }
@@ -516,13 +517,13 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	var msgs []string
 	if runErr != nil {
 		msgs = append(msgs, runErr.Error())
-		a.event("Failed", runErr.Error())
+		a.eventLocked("Failed", runErr.Error())
 	}
 	if tdErr != nil {
 		msgs = append(msgs, "network teardown failed (berth gc retries it): "+tdErr.Error())
-		a.event("Teardown failed", tdErr.Error())
+		a.eventLocked("Teardown failed", tdErr.Error())
 	} else {
-		a.event("Network removed", "namespace and CNI attachment removed")
+		a.eventLocked("Network removed", "namespace and CNI attachment removed")
 	}
 	a.alloc.StatusDesc = strings.Join(msgs, "; ")
 	a.mu.Unlock()
@@ -673,7 +674,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 			// Asked by the operator: not a failure, and not counted
 			// against the restart policy (as in Nomad).
 			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
-			a.event2("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+			a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
 			continue
 		}
 		if ctx.Err() != nil {
@@ -688,7 +689,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		if err != nil {
 			// The driver could not start it: counts as a failure for the
 			// restart policy too.
-			a.event2("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
+			a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 		}
 		if forced.fatal {
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
@@ -716,7 +717,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		if len(restarts) >= pol.Attempts {
 			if pol.Mode == jobspec.RestartDelay && len(restarts) > 0 {
 				wait := pol.Interval - now.Sub(restarts[0])
-				a.event2("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(restarts), pol.Interval, wait.Round(time.Second)))
+				a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(restarts), pol.Interval, wait.Round(time.Second)))
 				if !sleep(ctx, wait) {
 					a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
 					return nil
@@ -724,7 +725,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 				restarts = nil
 			} else {
 				a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-				a.event2("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
+				a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
 				if err != nil {
 					return fmt.Errorf("task %q: %w", t.Name, err)
 				}
@@ -733,7 +734,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		}
 		restarts = append(restarts, time.Now())
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-		a.event2("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
+		a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
 		dctx, cancel := a.r.untilDetach(ctx)
 		slept := sleep(dctx, pol.Delay)
 		cancel()
@@ -749,9 +750,10 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	}
 }
 
-func (a *allocRun) event2(typ, msg string) {
+// event records an allocation event.
+func (a *allocRun) event(typ, msg string) {
 	a.mu.Lock()
-	a.event(typ, msg)
+	a.eventLocked(typ, msg)
 	a.mu.Unlock()
 }
 

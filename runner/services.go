@@ -247,7 +247,7 @@ func (a *allocRun) register(ctx context.Context, t *jobspec.Task, specs []*jobsp
 	for _, sp := range specs {
 		svc, err := a.serviceRecord(sp, taskName, vars, n)
 		if err != nil {
-			a.event2("Service Failure", err.Error())
+			a.event("Service Failure", err.Error())
 			continue
 		}
 		regs = append(regs, &registration{svc: svc})
@@ -257,7 +257,7 @@ func (a *allocRun) register(ctx context.Context, t *jobspec.Task, specs []*jobsp
 		return nil
 	}
 	if err := a.r.o.Services.Register(context.WithoutCancel(ctx), svcs...); err != nil {
-		a.event2("Service Failure", fmt.Sprintf("register %s: %v", serviceNames(svcs), err))
+		a.event("Service Failure", fmt.Sprintf("register %s: %v", serviceNames(svcs), err))
 		return nil
 	}
 	var lines []string
@@ -265,7 +265,7 @@ func (a *allocRun) register(ctx context.Context, t *jobspec.Task, specs []*jobsp
 		lines = append(lines, fmt.Sprintf("%s at %s", reg.svc.ServiceName, service.AddressString(reg.svc)))
 		a.startChecks(reg, specs[i], vars, n)
 	}
-	a.event2("Services Registered", strings.Join(lines, ", "))
+	a.event("Services Registered", strings.Join(lines, ", "))
 	a.save(ctx)
 	return regs
 }
@@ -357,7 +357,7 @@ func (a *allocRun) startChecks(reg *registration, sp *jobspec.Service, vars map[
 		if err != nil {
 			msg := fmt.Sprintf("service %q check %q: %v", reg.svc.ServiceName, reg.svc.Checks[idx].Name, err)
 			a.r.o.Services.UpdateCheck(reg.svc.ID, idx, store.CheckCritical, msg, time.Now())
-			a.event2("Check Failure", msg)
+			a.event("Check Failure", msg)
 			continue
 		}
 		hdr := map[string][]string{}
@@ -395,10 +395,10 @@ func (a *allocRun) deregister(ctx context.Context, regs []*registration, why str
 		names = append(names, r.svc.ServiceName)
 	}
 	if err := a.r.o.Services.Deregister(context.WithoutCancel(ctx), ids...); err != nil {
-		a.event2("Service Failure", fmt.Sprintf("deregister %s (gc removes them): %v", strings.Join(names, ", "), err))
+		a.event("Service Failure", fmt.Sprintf("deregister %s (gc removes them): %v", strings.Join(names, ", "), err))
 		return
 	}
-	a.event2("Services Deregistered", fmt.Sprintf("%s: %s", why, strings.Join(names, ", ")))
+	a.event("Services Deregistered", fmt.Sprintf("%s: %s", why, strings.Join(names, ", ")))
 }
 
 // checkWatch follows one check's results: records them, makes an event
@@ -452,7 +452,7 @@ func (w *checkWatch) result(r service.Result) {
 		old := w.last
 		w.last = r.Status
 		w.mu.Unlock()
-		a.event2("Check Status", fmt.Sprintf("service %q check %q: %s -> %s: %s", w.reg.svc.ServiceName, w.name, old, r.Status, r.Output))
+		a.event("Check Status", fmt.Sprintf("service %q check %q: %s -> %s: %s", w.reg.svc.ServiceName, w.name, old, r.Status, r.Output))
 		a.save(context.Background())
 	}
 	if w.restart == nil {

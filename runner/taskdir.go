@@ -100,23 +100,23 @@ func (a *allocRun) taskPaths(drv driver.Driver, t *jobspec.Task) driver.TaskPath
 func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[string]string) error {
 	td, err := a.makeTaskDir(t)
 	if err != nil {
-		a.event2("Setup Failure", err.Error())
+		a.event("Setup Failure", err.Error())
 		return err
 	}
 	for _, art := range t.Artifacts {
 		if err := a.fetchArtifact(ctx, td, art, vars); err != nil {
 			err = fmt.Errorf("task %q: artifact %s: %w", t.Name, art.Source, err)
-			a.event2("Failed Artifact Download", err.Error())
+			a.event("Failed Artifact Download", err.Error())
 			return err
 		}
 	}
 	if len(t.Artifacts) > 0 {
-		a.event2("Downloading Artifacts", fmt.Sprintf("task %s: %d artifact(s) fetched", t.Name, len(t.Artifacts)))
+		a.event("Downloading Artifacts", fmt.Sprintf("task %s: %d artifact(s) fetched", t.Name, len(t.Artifacts)))
 	}
 	if p := t.PayloadPath(); p != "" && a.job.Dispatched {
 		if err := a.writePayload(td, p); err != nil {
 			err = fmt.Errorf("task %q: dispatch_payload: %w", t.Name, err)
-			a.event2("Setup Failure", err.Error())
+			a.event("Setup Failure", err.Error())
 			return err
 		}
 	}
@@ -145,7 +145,7 @@ func (a *allocRun) setupTask(ctx context.Context, t *jobspec.Task, dt *driver.Ta
 		sig, ok := jobspec.SignalNumber(t.KillSignal)
 		if !ok {
 			err := fmt.Errorf("task %q: kill_signal %q is not a signal of this system", t.Name, t.KillSignal)
-			a.event2("Setup Failure", err.Error())
+			a.event("Setup Failure", err.Error())
 			return err
 		}
 		dt.KillSignal = sig

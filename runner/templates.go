@@ -74,7 +74,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 				name = rel(tt.dir, rt.dest)
 			}
 			err = fmt.Errorf("task %q: template %s: %w", t.Name, name, err)
-			a.event2("Template Failure", err.Error())
+			a.event("Template Failure", err.Error())
 			return err
 		}
 		tt.list = append(tt.list, rt)
@@ -98,7 +98,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 		}()
 	}
 	x.mu.Unlock()
-	a.event2("Templates Rendered", fmt.Sprintf("task %s: %s", t.Name, strings.Join(dests, ", ")))
+	a.event("Templates Rendered", fmt.Sprintf("task %s: %s", t.Name, strings.Join(dests, ", ")))
 	return nil
 }
 
@@ -309,7 +309,7 @@ func (a *allocRun) watchTemplates(ctx context.Context, tt *taskTemplates) {
 			ok, err := a.renderTemplate(tt, rt)
 			if err != nil {
 				// The file keeps its last content.
-				a.event2("Template Failure", fmt.Sprintf("task %s: template %s: %v", tt.t.Name, rel(tt.dir, rt.dest), err))
+				a.event("Template Failure", fmt.Sprintf("task %s: template %s: %v", tt.t.Name, rel(tt.dir, rt.dest), err))
 				continue
 			}
 			if ok {
@@ -386,7 +386,7 @@ func (a *allocRun) applyChangeModes(ctx context.Context, tt *taskTemplates, rts 
 	}
 	what := "template(s) " + strings.Join(names, ", ") + " re-rendered"
 	if !restart && len(signals) == 0 && len(scripts) == 0 {
-		a.event2("Template Re-rendered", fmt.Sprintf("task %s: %s (change_mode noop)", tt.t.Name, what))
+		a.event("Template Re-rendered", fmt.Sprintf("task %s: %s (change_mode noop)", tt.t.Name, what))
 		return
 	}
 	if splay > 0 && !sleep(ctx, time.Duration(mrand.Int64N(int64(splay)))) {
@@ -425,12 +425,12 @@ func (a *allocRun) signalTask(ctx context.Context, i int, sig, why string) {
 	num, ok := jobspec.SignalNumber(sig)
 	s, canSignal := h.(driver.Signaler)
 	if !ok || !canSignal {
-		a.event2("Signal Failure", fmt.Sprintf("task %s: cannot send %s", name, sig))
+		a.event("Signal Failure", fmt.Sprintf("task %s: cannot send %s", name, sig))
 		return
 	}
-	a.event2("Signaling", fmt.Sprintf("task %s: %s, sending %s", name, why, sig))
+	a.event("Signaling", fmt.Sprintf("task %s: %s, sending %s", name, why, sig))
 	if err := s.Signal(ctx, num); err != nil {
-		a.event2("Signal Failure", fmt.Sprintf("task %s: %v", name, err))
+		a.event("Signal Failure", fmt.Sprintf("task %s: %v", name, err))
 	}
 }
 
@@ -483,11 +483,11 @@ func (a *allocRun) runChangeScript(ctx context.Context, tt *taskTemplates, rt *r
 		return nil
 	}()
 	if err == nil {
-		a.event2("Template Script", fmt.Sprintf("task %s: %s, ran %s", name, why, cs.Command))
+		a.event("Template Script", fmt.Sprintf("task %s: %s, ran %s", name, why, cs.Command))
 		return
 	}
 	msg := fmt.Sprintf("task %s: %s, change_script %s failed: %v", name, why, cs.Command, err)
-	a.event2("Template Script Failed", msg)
+	a.event("Template Script Failed", msg)
 	if cs.FailOnError {
 		a.restartTask(tt.i, true, true, msg)
 	}
