@@ -36,7 +36,11 @@ func (r *run) sweepServices(ctx context.Context, as *allocState) {
 			why = "its allocation " + a.ID + " is lost"
 		case a.Status.Terminal():
 			why = fmt.Sprintf("its allocation %s is %s", a.ID, a.Status)
-		case s.OwnerPID > 0 && !ownerAlive(s.OwnerPID, s.OwnerStartTime):
+		case s.OwnerPID > 0 && !ownerAlive(s.OwnerPID, s.OwnerStartTime) &&
+			!a.Detached && !ownerAlive(a.OwnerPID, a.OwnerStartTime):
+			// A registration whose allocation is detached, or was claimed by
+			// a new agent, is kept: that agent registers it again as it
+			// re-adopts the task (no moment without it).
 			why = "the " + describeOwner(s.OwnerPID, s.OwnerStartTime) + ": nothing checks it"
 		default:
 			continue

@@ -29,6 +29,9 @@ func TestSvcRegistrationsSwept(t *testing.T) {
 		{ID: "a-done", JobID: "j", Status: store.AllocComplete},
 		{ID: "a-orphan", JobID: "j", Status: store.AllocRunning, OwnerPID: deadPID, OwnerStartTime: deadStart},
 		{ID: "a-live2", JobID: "j", Status: store.AllocRunning, OwnerPID: os.Getpid(), OwnerStartTime: me},
+		// Left running by a stopped agent: its registration waits for the
+		// next agent.
+		{ID: "a-detached", JobID: "j", Status: store.AllocRunning, OwnerPID: deadPID, OwnerStartTime: deadStart, Detached: true},
 	}
 	for _, a := range allocs {
 		testenv.Must(t, st.PutAllocation(ctx, a))
@@ -41,10 +44,13 @@ func TestSvcRegistrationsSwept(t *testing.T) {
 		svc("s-done", "a-done", os.Getpid(), me),
 		svc("s-missing", "a-nowhere", os.Getpid(), me),
 		svc("s-orphan", "a-orphan", deadPID, deadStart),
+		// Registered by a dead agent, its allocation claimed by a live one
+		// (a restart): kept until the new agent registers it again.
 		svc("s-dead-owner", "a-live2", deadPID, deadStart),
+		svc("s-detached", "a-detached", deadPID, deadStart),
 	}))
 	m := e.manager(st, 0, 0)
-	swept := []string{"s-dead-owner", "s-done", "s-missing", "s-orphan"}
+	swept := []string{"s-done", "s-missing", "s-orphan"}
 	ids := func(items []gc.Item) []string {
 		var out []string
 		for _, it := range items {
@@ -62,7 +68,7 @@ func TestSvcRegistrationsSwept(t *testing.T) {
 	if got := ids(rep.Found); !equal(got, swept) || len(ids(rep.Reclaimed)) != 0 {
 		t.Errorf("dry run found %v reclaimed %v, want found %v", got, ids(rep.Reclaimed), swept)
 	}
-	if l, _ := st.ListServices(ctx, store.ServiceFilter{}); len(l) != 5 {
+	if l, _ := st.ListServices(ctx, store.ServiceFilter{}); len(l) != 6 {
 		t.Errorf("dry run deleted registrations: %d left", len(l))
 	}
 	rep, err = gc.ReplayPending(ctx, e.options(st, m))
@@ -71,8 +77,13 @@ func TestSvcRegistrationsSwept(t *testing.T) {
 		t.Errorf("reclaimed %v, want %v; errors %v", got, swept, rep.Errors)
 	}
 	l, err := st.ListServices(ctx, store.ServiceFilter{})
-	if err != nil || len(l) != 1 || l[0].ID != "s-live" {
-		t.Errorf("left: %+v, %v; want s-live only", l, err)
+	var left []string
+	for _, s := range l {
+		left = append(left, s.ID)
+	}
+	sort.Strings(left)
+	if want := []string{"s-dead-owner", "s-detached", "s-live"}; err != nil || !equal(left, want) {
+		t.Errorf("left: %v, %v; want %v", left, err, want)
 	}
 	for _, id := range []string{"a-live", "a-live2"} {
 		if a, err := st.GetAllocation(context.Background(), id); err != nil || a.Status != store.AllocRunning {
