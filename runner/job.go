@@ -108,154 +108,22 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		ctx, cancel = context.WithTimeout(ctx, o.For)
 		defer cancel()
 	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-		// What the summary needs, in memory that does not grow with the
-		// number of allocations but for their IDs (for the leak check).
-		ids                   []string
-		setup, teardown, gone quantiles
-	)
-	sum := &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}
-	done := func(a *store.Allocation) {
-		mu.Lock()
-		if a.Detached {
-			// Still running: neither finished nor to leak-check.
-			sum.Detached++
-			mu.Unlock()
-			return
-		}
-		sum.record(a, &setup, &teardown, &gone)
-		if len(ids) >= maxLeakCheckIDs {
-			// A job that runs for months checks its newest
-			// allocations; the older ones were checked by gc.
-			ids = append(ids[:0], ids[len(ids)/2:]...)
-		}
-		ids = append(ids, a.ID)
-		mu.Unlock()
-		if o.OnAlloc != nil {
-			o.OnAlloc(a)
-		}
-	}
-	// runSlot runs the allocation first starts in slot (g, i) and, as
-	// Nomad's scheduler does, replaces it when the operator stopped it in a
-	// service or system job; a batch job's work is not done twice.
-	runSlot := func(g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
-		a, opStopped := first()
-		for {
-			done(a)
-			if !opStopped || a.Detached || job.RunsToCompletion() || ctx.Err() != nil {
-				return
-			}
-			r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
-			a, opStopped = r.runAlloc(ctx, job, g, i, o.OnStart, a.ID)
-		}
-	}
-	// The adopted allocations run in their slots; their counter is the
-	// previous launch's for prohibit_overlap.
-	type slot struct {
-		group string
-		index int
-	}
-	adopted := map[slot]bool{}
-	var adoptedRunning *atomic.Int64
-	if len(o.Adopt) > 0 {
-		adoptedRunning = new(atomic.Int64)
-	}
-	for _, rec := range o.Adopt {
-		g := groupNamed(job, rec.Group)
-		adopted[slot{rec.Group, rec.Index}] = true
-		wg.Add(1)
-		adoptedRunning.Add(1)
-		go func() {
-			defer wg.Done()
-			defer adoptedRunning.Add(-1)
-			if g == nil {
-				done(r.Abandon(ctx, job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
-				return
-			}
-			runSlot(g, rec.Index, func() (*store.Allocation, bool) { return r.adoptAlloc(ctx, job, g, rec, o.OnStart) })
-		}()
-	}
-	// launch starts every allocation of one launch; the counter it
-	// returns reaches zero when all of them have finished.
-	first := true
-	launch := func() *atomic.Int64 {
-		running := new(atomic.Int64)
-		for _, g := range job.Groups {
-			for i := 0; i < g.Count; i++ {
-				if first && job.Periodic == nil && adopted[slot{g.Name, i}] {
-					continue
-				}
-				wg.Add(1)
-				running.Add(1)
-				go func() {
-					defer wg.Done()
-					defer running.Add(-1)
-					runSlot(g, i, func() (*store.Allocation, bool) { return r.runAlloc(ctx, job, g, i, o.OnStart, "") })
-				}()
-			}
-		}
-		first = false
-		sum.Launches++
-		return running
-	}
-
-	schedule := func(next time.Time) {
-		if o.OnSchedule != nil {
-			o.OnSchedule(sum.Launches, next)
-		}
-	}
+	jr := &jobRun{r: r, ctx: ctx, job: job, o: o, adopted: map[slot]bool{},
+		sum: &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}}
+	jr.adopt()
 	// Periodic sleeps end on a detach too: nothing launches after it.
 	sctx, stopSleeps := r.untilDetach(ctx)
 	defer stopSleeps()
 	if job.Periodic == nil || !job.Periodic.Enabled {
 		if !(o.Resume && job.RunsToCompletion()) && !r.detached() {
-			launch()
+			jr.launch()
 		}
-		schedule(time.Time{})
+		jr.schedule(time.Time{})
 	} else {
-		last := adoptedRunning
-		from := o.LastLaunch
-		for o.MaxRuns == 0 || sum.Launches < o.MaxRuns {
-			now := o.Now()
-			if from.IsZero() || from.After(now) {
-				from = now
-			}
-			next := job.Periodic.Next(from)
-			if !next.IsZero() && next.Before(now) {
-				missed := missedLaunches(job.Periodic, from, now)
-				r.log.Warn("periodic launch missed while no agent ran: launching it now, once", "job", job.ID, "missed", missed, "first_missed", next)
-				next = now
-			}
-			from = time.Time{}
-			schedule(next)
-			if next.IsZero() {
-				break
-			}
-			if !sleep(sctx, time.Until(next)) {
-				break
-			}
-			if o.OnLaunch != nil {
-				o.OnLaunch(next)
-			}
-			if r.admit != nil && r.admit.queued(job.ID) > 0 {
-				// Launches of a job that outlive its period would
-				// otherwise pile up in the queue without bound.
-				r.log.Warn("periodic launch skipped: allocations of the previous launch still wait for resources", "job", job.ID, "at", next)
-				sum.Skipped++
-				continue
-			}
-			if job.Periodic.ProhibitOverlap && last != nil && last.Load() > 0 {
-				r.log.Info("periodic launch skipped: the previous one still runs (prohibit_overlap)", "job", job.ID, "at", next)
-				sum.Skipped++
-				continue
-			}
-			last = launch()
-		}
-		schedule(time.Time{})
+		jr.periodic(sctx)
 	}
-	wg.Wait()
+	jr.wg.Wait()
+	sum := jr.sum
 	if r.detached() {
 		// What still runs is the next agent's; a leak check now would
 		// list its namespaces.
@@ -263,15 +131,192 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		sum.Leaks = []string{}
 		return sum, nil
 	}
-
-	sum.SetupP50, sum.SetupP99 = setup.quantile(50), setup.quantile(99)
-	sum.TeardownP50, sum.TeardownP99 = teardown.quantile(50), teardown.quantile(99)
-	sum.ExitToGoneP50 = gone.quantile(50)
+	sum.SetupP50, sum.SetupP99 = jr.setup.quantile(50), jr.setup.quantile(99)
+	sum.TeardownP50, sum.TeardownP99 = jr.teardown.quantile(50), jr.teardown.quantile(99)
+	sum.ExitToGoneP50 = jr.gone.quantile(50)
 	lctx, cancel := cleanup.Context(ctx, time.Minute)
 	defer cancel()
-	sum.Leaks = r.LeakCheck(lctx, ids)
+	sum.Leaks = r.LeakCheck(lctx, jr.ids)
 	sum.Duration = time.Since(start).Seconds()
 	return sum, nil
+}
+
+// slot is an allocation's place in its job: group and index.
+type slot struct {
+	group string
+	index int
+}
+
+// jobRun is one RunJob: what it launched, and the summary it keeps in
+// memory that does not grow with the number of allocations but for their
+// IDs (for the leak check).
+type jobRun struct {
+	r   *Runner
+	ctx context.Context
+	job *jobspec.Job
+	o   RunOptions
+	wg  sync.WaitGroup
+	// adopted are the slots re-adopted allocations hold; adoptedRunning
+	// counts those still running (the previous launch's, for
+	// prohibit_overlap); nil without any.
+	adopted        map[slot]bool
+	adoptedRunning *atomic.Int64
+	launched       bool // launch has run (owned by the launching goroutine)
+
+	mu                    sync.Mutex // guards what follows
+	sum                   *Summary
+	ids                   []string
+	setup, teardown, gone quantiles
+}
+
+// done records a finished allocation.
+func (jr *jobRun) done(a *store.Allocation) {
+	jr.mu.Lock()
+	if a.Detached {
+		// Still running: neither finished nor to leak-check.
+		jr.sum.Detached++
+		jr.mu.Unlock()
+		return
+	}
+	jr.sum.record(a, &jr.setup, &jr.teardown, &jr.gone)
+	if len(jr.ids) >= maxLeakCheckIDs {
+		// A job that runs for months checks its newest allocations; the
+		// older ones were checked by gc.
+		jr.ids = append(jr.ids[:0], jr.ids[len(jr.ids)/2:]...)
+	}
+	jr.ids = append(jr.ids, a.ID)
+	jr.mu.Unlock()
+	if jr.o.OnAlloc != nil {
+		jr.o.OnAlloc(a)
+	}
+}
+
+// runSlot runs the allocation first starts in slot (g, i) and, as Nomad's
+// scheduler does, replaces it when the operator stopped it in a service or
+// system job; a batch job's work is not done twice.
+func (jr *jobRun) runSlot(g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
+	a, opStopped := first()
+	for {
+		jr.done(a)
+		if !opStopped || a.Detached || jr.job.RunsToCompletion() || jr.ctx.Err() != nil {
+			return
+		}
+		jr.r.log.Info("replacing the allocation the operator stopped", "job", jr.job.ID, "group", g.Name, "alloc_id", a.ID)
+		a, opStopped = jr.r.runAlloc(jr.ctx, jr.job, g, i, jr.o.OnStart, a.ID)
+	}
+}
+
+// adopt resumes, each in its slot, the allocations a previous agent left.
+func (jr *jobRun) adopt() {
+	if len(jr.o.Adopt) == 0 {
+		return
+	}
+	jr.adoptedRunning = new(atomic.Int64)
+	for _, rec := range jr.o.Adopt {
+		g := groupNamed(jr.job, rec.Group)
+		jr.adopted[slot{rec.Group, rec.Index}] = true
+		jr.wg.Add(1)
+		jr.adoptedRunning.Add(1)
+		go func() {
+			defer jr.wg.Done()
+			defer jr.adoptedRunning.Add(-1)
+			if g == nil {
+				jr.done(jr.r.Abandon(jr.ctx, jr.job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
+				return
+			}
+			jr.runSlot(g, rec.Index, func() (*store.Allocation, bool) { return jr.r.adoptAlloc(jr.ctx, jr.job, g, rec, jr.o.OnStart) })
+		}()
+	}
+}
+
+// launch starts every allocation of one launch (but, the first time, in
+// slots a re-adopted allocation holds); the counter it returns reaches
+// zero when all of them have finished.
+func (jr *jobRun) launch() *atomic.Int64 {
+	running := new(atomic.Int64)
+	for _, g := range jr.job.Groups {
+		for i := 0; i < g.Count; i++ {
+			if !jr.launched && jr.job.Periodic == nil && jr.adopted[slot{g.Name, i}] {
+				continue
+			}
+			jr.wg.Add(1)
+			running.Add(1)
+			go func() {
+				defer jr.wg.Done()
+				defer running.Add(-1)
+				jr.runSlot(g, i, func() (*store.Allocation, bool) { return jr.r.runAlloc(jr.ctx, jr.job, g, i, jr.o.OnStart, "") })
+			}()
+		}
+	}
+	jr.launched = true
+	jr.mu.Lock()
+	jr.sum.Launches++
+	jr.mu.Unlock()
+	return running
+}
+
+func (jr *jobRun) launches() int {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	return jr.sum.Launches
+}
+
+func (jr *jobRun) schedule(next time.Time) {
+	if jr.o.OnSchedule != nil {
+		jr.o.OnSchedule(jr.launches(), next)
+	}
+}
+
+func (jr *jobRun) skipped() {
+	jr.mu.Lock()
+	jr.sum.Skipped++
+	jr.mu.Unlock()
+}
+
+// periodic launches at each time of the job's schedule until MaxRuns,
+// the end of ctx or a detach (sctx). After a restart the schedule goes
+// on from LastLaunch: a launch missed meanwhile runs once, at once.
+func (jr *jobRun) periodic(sctx context.Context) {
+	job, o, r := jr.job, jr.o, jr.r
+	last := jr.adoptedRunning
+	from := o.LastLaunch
+	for o.MaxRuns == 0 || jr.launches() < o.MaxRuns {
+		now := o.Now()
+		if from.IsZero() || from.After(now) {
+			from = now
+		}
+		next := job.Periodic.Next(from)
+		if !next.IsZero() && next.Before(now) {
+			missed := missedLaunches(job.Periodic, from, now)
+			r.log.Warn("periodic launch missed while no agent ran: launching it now, once", "job", job.ID, "missed", missed, "first_missed", next)
+			next = now
+		}
+		from = time.Time{}
+		jr.schedule(next)
+		if next.IsZero() {
+			break
+		}
+		if !sleep(sctx, time.Until(next)) {
+			break
+		}
+		if o.OnLaunch != nil {
+			o.OnLaunch(next)
+		}
+		if r.admit != nil && r.admit.queued(job.ID) > 0 {
+			// Launches of a job that outlive its period would otherwise
+			// pile up in the queue without bound.
+			r.log.Warn("periodic launch skipped: allocations of the previous launch still wait for resources", "job", job.ID, "at", next)
+			jr.skipped()
+			continue
+		}
+		if job.Periodic.ProhibitOverlap && last != nil && last.Load() > 0 {
+			r.log.Info("periodic launch skipped: the previous one still runs (prohibit_overlap)", "job", job.ID, "at", next)
+			jr.skipped()
+			continue
+		}
+		last = jr.launch()
+	}
+	jr.schedule(time.Time{})
 }
 
 func groupNamed(job *jobspec.Job, name string) *jobspec.Group {
