@@ -298,15 +298,7 @@ func (a *Agent) background(ctx context.Context, recErr chan<- error) {
 // drain stops launching and stops every job, waiting until each run has
 // stopped its tasks and torn its networks down.
 func (a *Agent) drain() {
-	a.mu.Lock()
-	a.draining = true
-	var running []*jobRun
-	for _, jr := range a.jobs {
-		if jr.cancel != nil {
-			running = append(running, jr)
-		}
-	}
-	a.mu.Unlock()
+	running := a.stopLaunching()
 	for _, jr := range running {
 		jr.cancel()
 	}
@@ -321,20 +313,32 @@ func (a *Agent) drain() {
 // for the next agent on the data dir to re-adopt (an upgrade is: stop,
 // replace the binary, start). Jobs stay "running" in the store.
 func (a *Agent) detach() {
-	a.mu.Lock()
-	a.draining = true
-	n := 0
-	for _, jr := range a.jobs {
-		if jr.cancel != nil {
-			n++
-		}
-	}
-	a.mu.Unlock()
+	running := a.stopLaunching()
 	a.runner.Detach()
 	a.runs.Wait()
-	if n > 0 {
-		a.log.Info("left running for the next agent", "jobs", n)
+	if len(running) > 0 {
+		a.log.Info("left running for the next agent", "jobs", len(running))
 	}
+}
+
+// stopLaunching marks the agent draining (no run starts after it) and
+// returns the runs going on.
+func (a *Agent) stopLaunching() []*jobRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.draining = true
+	return a.runningLocked()
+}
+
+// runningLocked is the job runs going on; the caller holds a.mu.
+func (a *Agent) runningLocked() []*jobRun {
+	var running []*jobRun
+	for _, jr := range a.jobs {
+		if jr.cancel != nil {
+			running = append(running, jr)
+		}
+	}
+	return running
 }
 
 // requestDrain asks Run to drain and exit; it returns once the drain is

@@ -228,12 +228,7 @@ func (a *Agent) handleSelf(w http.ResponseWriter, r *http.Request) {
 // as the slowest kill_timeout); the client waits for the agent to go.
 func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
-	n := 0
-	for _, jr := range a.jobs {
-		if jr.cancel != nil {
-			n++
-		}
-	}
+	n := len(a.runningLocked())
 	a.mu.Unlock()
 	go func() { _ = a.requestDrain(context.WithoutCancel(r.Context())) }()
 	writeJSON(w, http.StatusAccepted, api.DrainResponse{Draining: true, Jobs: n, PID: os.Getpid()})

@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -33,18 +32,11 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if os.Geteuid() == 0 {
-		dir, err := os.MkdirTemp("", "btag-bin")
+		bin, cleanup, err := testenv.BuildBerth()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "berth")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/berth")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/berth: %v\n%s", err, out)
+			buildErr = err
 		} else {
+			defer cleanup()
 			berthBin = bin
 		}
 	}

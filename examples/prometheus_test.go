@@ -4,10 +4,8 @@
 package examples
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +24,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/berth/berth/agent"
+	"github.com/berth/berth/agent/agenttest"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/metrics"
@@ -590,39 +589,14 @@ func TestPrometheusScrapesAgent(t *testing.T) {
 }
 
 // startAgent runs a berth agent in this process until the test ends,
-// logging into logPath (shown when the test fails).
+// its reconcile at start done.
 func startAgent(t *testing.T, cfg agent.Config, logPath string) *agent.Agent {
 	t.Helper()
-	logf, err := os.Create(logPath)
-	testenv.Must(t, err)
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", readFile(t, logPath))
-		}
-	})
-	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})), agent.WithVersion("test"))
-	testenv.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		case <-time.After(5 * time.Minute):
-			t.Errorf("agent did not drain within 5 minutes")
-		}
-	})
+	a := agenttest.Start(t, cfg, logPath)
 	select {
 	case <-a.Reconciled():
-	case err := <-errc:
-		t.Fatalf("agent stopped before it was ready: %v", err)
 	case <-time.After(2 * time.Minute):
-		t.Fatal("agent not ready after 2 minutes")
+		t.Fatal("agent's reconcile at start not done after 2 minutes")
 	}
 	return a
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,17 +34,12 @@ var (
 func TestMain(m *testing.M) {
 	code := func() int {
 		if os.Geteuid() == 0 {
-			dir, err := os.MkdirTemp("", "btgc-bin-")
+			bin, cleanup, err := testenv.BuildBerth()
 			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			berthBin = filepath.Join(dir, "berth")
-			cmd := exec.Command("go", "build", "-o", berthBin, "./cmd/berth")
-			cmd.Dir = ".." // the module root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/berth: %v\n%s", err, out)
+				buildErr = err
+			} else {
+				defer cleanup()
+				berthBin = bin
 			}
 		}
 		return testenv.LeakCheckMain(m)

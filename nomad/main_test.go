@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,17 +28,12 @@ var (
 func TestMain(m *testing.M) {
 	code := func() int {
 		if os.Geteuid() == 0 {
-			dir, err := os.MkdirTemp("", "btnomad-bin-")
+			bin, cleanup, err := testenv.BuildBerth()
 			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			berthBin = filepath.Join(dir, "berth")
-			cmd := exec.Command("go", "build", "-o", berthBin, "./cmd/berth")
-			cmd.Dir = ".." // the module root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/berth: %v\n%s", err, out)
+				buildErr = err
+			} else {
+				defer cleanup()
+				berthBin = bin
 			}
 		}
 		return testenv.LeakCheckMain(m)

@@ -74,7 +74,7 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 // was stopped, or until the runner detached (then the next agent admits
 // it).
 func (a *allocRun) notAdmitted(ctx context.Context) {
-	if a.r.detached() {
+	if a.r.Detached() {
 		a.detachRecord(ctx)
 		return
 	}

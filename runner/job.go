@@ -115,7 +115,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	sctx, stopSleeps := r.untilDetach(ctx)
 	defer stopSleeps()
 	if job.Periodic == nil || !job.Periodic.Enabled {
-		if !(o.Resume && job.RunsToCompletion()) && !r.detached() {
+		if !(o.Resume && job.RunsToCompletion()) && !r.Detached() {
 			jr.launch()
 		}
 		jr.schedule(time.Time{})
@@ -124,7 +124,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	}
 	jr.wg.Wait()
 	sum := jr.sum
-	if r.detached() {
+	if r.Detached() {
 		// What still runs is the next agent's; a leak check now would
 		// list its namespaces.
 		sum.Duration = time.Since(start).Seconds()

@@ -276,7 +276,7 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string, handles []dri
 	}
 	var killed chan struct{}
 	stopped := ctx.Done()
-	detach := a.r.detach
+	detach := a.r.detached.Done()
 	for {
 		if killed == nil {
 			if why := lc.killReason(ctx); why != "" {
@@ -514,7 +514,7 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	if wctx.Err() == nil {
 		return res, werr
 	}
-	if a.r.detached() && ctx.Err() == nil {
+	if a.r.Detached() && ctx.Err() == nil {
 		// Left running, registered: the next agent takes its services
 		// over with the task.
 		return nil, errDetached

@@ -81,48 +81,35 @@ type Runner struct {
 
 	liveMu sync.Mutex
 	live   map[string]*allocRun // the allocations in flight, by ID (control.go)
-	// detach is closed by Detach: runs return leaving their tasks and
+	// detached ends with Detach: runs return leaving their tasks and
 	// networks in place, recorded for the next agent.
-	detach     chan struct{}
-	detachOnce sync.Once
+	detached context.Context
+	detach   context.CancelFunc
 }
 
 // Detach makes every run return without stopping anything: tasks keep
 // running, networks stay, and each allocation is recorded as detached (its
 // tasks' handles with it) for the next agent to re-adopt (AdoptAlloc). An
 // agent calls it when it stops without draining; nothing starts after it.
-func (r *Runner) Detach() {
-	r.detachOnce.Do(func() { close(r.detach) })
-}
+func (r *Runner) Detach() { r.detach() }
 
 // Detached reports whether Detach was called: a run that returned since
 // did not end by itself.
-func (r *Runner) Detached() bool { return r.detached() }
-
-func (r *Runner) detached() bool {
-	select {
-	case <-r.detach:
-		return true
-	default:
-		return false
-	}
-}
+func (r *Runner) Detached() bool { return r.detached.Err() != nil }
 
 // errDetached ends the supervision of a task or allocation when the
 // runner detaches: nothing was stopped.
 var errDetached = errors.New("runner detached: left running for the next agent")
 
-// untilDetach is ctx, also ended by Detach.
+// untilDetach is ctx, also ended by Detach. It costs no goroutine: one
+// waits per running task.
 func (r *Runner) untilDetach(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-r.detach:
-			cancel()
-		case <-c.Done():
-		}
-	}()
-	return c, cancel
+	stop := context.AfterFunc(r.detached, cancel)
+	return c, func() {
+		stop()
+		cancel()
+	}
 }
 
 // cachedNet is a network configuration loaded from the config dir. It is
@@ -156,7 +143,8 @@ func New(o Options) *Runner {
 		o.Logger = slog.Default()
 	}
 	o.Bridge = o.Bridge.withDefaults()
-	r := &Runner{o: o, log: o.Logger, detach: make(chan struct{})}
+	r := &Runner{o: o, log: o.Logger}
+	r.detached, r.detach = context.WithCancel(context.Background())
 	if o.Capacity != nil {
 		r.admit = newAdmission(*o.Capacity)
 	}
@@ -385,7 +373,7 @@ func (a *allocRun) run(ctx context.Context) {
 		a.finish(ctx, nil, netName != "")
 		return
 	}
-	if a.r.detached() {
+	if a.r.Detached() {
 		a.detachRecord(ctx)
 		return
 	}
@@ -738,7 +726,7 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		dctx, cancel := a.r.untilDetach(ctx)
 		slept := sleep(dctx, pol.Delay)
 		cancel()
-		if a.r.detached() && ctx.Err() == nil {
+		if a.r.Detached() && ctx.Err() == nil {
 			// Restarted by the next agent.
 			return errDetached
 		}
@@ -766,7 +754,7 @@ func (a *allocRun) setTask(i int, fn func(*store.TaskState)) {
 // runOnce starts the task, waits for it (stopping it when ctx ends) and
 // destroys it: when it returns, the driver holds nothing of the namespace.
 func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *driver.Task) (*driver.ExitResult, error) {
-	if a.r.detached() && ctx.Err() == nil {
+	if a.r.Detached() && ctx.Err() == nil {
 		return nil, errDetached
 	}
 	start := time.Now()

@@ -1,10 +1,8 @@
 package ui_test
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/berth/berth/agent"
+	"github.com/berth/berth/agent/agenttest"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/node"
@@ -309,43 +308,10 @@ func checkSessionCookie(t *testing.T, cs []*network.Cookie) {
 	t.Errorf("no session cookie after login (cookies: %d)", len(cs))
 }
 
-// startAgent runs a berth agent in this process until the test ends,
-// logging into logPath (shown when the test fails).
+// startAgent runs a berth agent in this process until the test ends.
 func startAgent(t *testing.T, cfg agent.Config, logPath string) *agent.Agent {
 	t.Helper()
-	logf, err := os.Create(logPath)
-	testenv.Must(t, err)
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("agent log:\n%s", b)
-		}
-	})
-	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})), agent.WithVersion("test"))
-	testenv.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		case <-time.After(5 * time.Minute):
-			t.Errorf("agent did not drain within 5 minutes")
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-errc:
-		t.Fatalf("agent stopped before it was ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("agent not ready after 2 minutes")
-	}
-	return a
+	return agenttest.Start(t, cfg, logPath)
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {

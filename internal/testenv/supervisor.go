@@ -38,3 +38,20 @@ func BuildSupervisor() (cleanup func(), err error) {
 		os.RemoveAll(dir)
 	}, nil
 }
+
+// BuildBerth builds the berth binary into a temporary directory, for
+// tests that run it as a process (an agent to SIGKILL, a janitor job);
+// cleanup removes it. Only as root: the tests that run it need root.
+func BuildBerth() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "berth-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "berth")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/cmd/berth")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build ./cmd/berth: %v\n%s", err, strings.TrimSpace(string(out)))
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
