@@ -217,7 +217,9 @@ func (h *handle) Destroy(ctx context.Context) error {
 		return fmt.Errorf("%s: destroy task %s: %w", h.drv.name, h.id, err)
 	}
 	defer release()
-	if !h.exited() {
+	// A supervisor that died without recording the task's exit (killed)
+	// may leave the task running: it is killed too.
+	if !h.exited() || h.result.Err != nil {
 		if err := h.signal(syscall.SIGKILL); err != nil {
 			h.drv.log.Warn("SIGKILL failed", "task", h.id, "err", err)
 		}
