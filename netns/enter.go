@@ -67,35 +67,37 @@ func onLockedThread(enter func() error, fn func(self string) error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		restored := true
-		defer func() {
-			if restored {
-				runtime.UnlockOSThread()
-			}
-		}()
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		// Raw fds rather than *os.File: nothing here may depend on a finalizer.
-		orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open current netns %s: %w", self, err)
-			return
+		// The result is sent only after runLocked has closed its fd: a caller that
+		// counts its fds (or unmounts the namespace) right after the call
+		// must not see the thread's handle on its original namespace.
+		restored, err := runLocked(enter, fn)
+		if restored {
+			runtime.UnlockOSThread()
 		}
-		defer unix.Close(orig)
-		if err := enter(); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn(self)
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			restored = false
-			if ferr != nil {
-				errc <- fmt.Errorf("%w: %w (before that: %w)", ErrRestore, err, ferr)
-				return
-			}
-			errc <- fmt.Errorf("%w: %w", ErrRestore, err)
-			return
-		}
-		errc <- ferr
+		errc <- err
 	}()
 	return <-errc
+}
+
+// runLocked is the body of onLockedThread on its locked thread; restored
+// is false when the thread could not go back and must die locked.
+func runLocked(enter func() error, fn func(self string) error) (restored bool, err error) {
+	self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+	// Raw fds rather than *os.File: nothing here may depend on a finalizer.
+	orig, err := unix.Open(self, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true, fmt.Errorf("open current netns %s: %w", self, err)
+	}
+	defer unix.Close(orig)
+	if err := enter(); err != nil {
+		return true, err
+	}
+	ferr := fn(self)
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		if ferr != nil {
+			return false, fmt.Errorf("%w: %w (before that: %w)", ErrRestore, err, ferr)
+		}
+		return false, fmt.Errorf("%w: %w", ErrRestore, err)
+	}
+	return true, ferr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -46,6 +47,46 @@ func TestWithPathNotANamespace(t *testing.T) {
 	if err == nil || !errors.Is(err, unix.EINVAL) || called {
 		t.Errorf("WithPath(dir) = %v, fn called %v; want EINVAL and fn not called", err, called)
 	}
+}
+
+// TestWithPathClosesBeforeReturning: the caller sees the thread's handle
+// on its original namespace closed by the time WithPath returns, on every
+// path. A result sent before that close made a caller's fd count (and, in
+// the field, an unmount right after) race the closing goroutine.
+func TestWithPathClosesBeforeReturning(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	tests := []struct {
+		name string
+		path string
+		fn   func() error
+	}{
+		{"open fails", missing, func() error { return nil }},
+		{"fn fails", "/proc/self/ns/net", func() error { return errors.New("fn") }},
+		{"fn succeeds", "/proc/self/ns/net", func() error { return nil }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.path == "/proc/self/ns/net" {
+				requireRoot(t)
+			}
+			before := openFDs(t)
+			for i := 0; i < 200; i++ {
+				_ = WithPath(tc.path, tc.fn)
+				if after := openFDs(t); after != before {
+					t.Fatalf("call %d: open fds went from %d to %d", i, before, after)
+				}
+			}
+		})
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 func TestWithPath(t *testing.T) {
