@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/base64"
 	"net/http"
 	"regexp"
@@ -167,22 +166,12 @@ func TestDispatchAfterRestart(t *testing.T) {
 	start := func() (*api.Client, func()) {
 		a, err := New(e.cfg, testLogger(t), WithVersion("test"))
 		testenv.Must(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- a.Run(ctx) }()
-		select {
-		case <-a.Ready():
-		case err := <-errc:
-			t.Fatalf("agent stopped: %v", err)
-		}
+		stop := testenv.Serve(t, "agent", a.Run, a.Ready())
 		c, err := api.NewClient("unix://"+a.SocketPath(), "")
 		testenv.Must(t, err)
 		return c, func() {
 			c.Close()
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("agent Run: %v", err)
-			}
+			stop()
 		}
 	}
 	ctx := testenv.Context(t, 3*time.Minute)

@@ -19,28 +19,12 @@ import (
 	"github.com/berth/berth/node"
 )
 
-// berthBin is the berth binary TestMain builds for the tests that signal
-// an agent process; buildErr says why there is none.
-var (
-	berthBin string
-	buildErr error
-)
+// berthBinary is the berth binary TestMain builds for the tests that
+// signal an agent process.
+var berthBinary testenv.Berth
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if os.Geteuid() == 0 {
-		bin, cleanup, err := testenv.BuildBerth()
-		if err != nil {
-			buildErr = err
-		} else {
-			defer cleanup()
-			berthBin = bin
-		}
-	}
-	return testenv.LeakCheckMain(m)
+	os.Exit(testenv.MainWithBerth(m, &berthBinary))
 }
 
 func requireImage(t *testing.T) {
@@ -137,27 +121,7 @@ func (e *testEnv) startAgent(t *testing.T) (*Agent, *api.Client) {
 	t.Helper()
 	a, err := New(e.cfg, testLogger(t), WithVersion("test"))
 	testenv.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("agent Run: %v", err)
-			}
-		case <-time.After(5 * time.Minute):
-			t.Errorf("agent did not drain within 5 minutes")
-		}
-	})
-	select {
-	case <-a.Reconciled():
-	case err := <-errc:
-		t.Fatalf("agent stopped before it was ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("agent not ready after 2 minutes")
-	}
+	testenv.Serve(t, "agent", a.Run, a.Reconciled())
 	c, err := api.NewClient("unix://"+a.SocketPath(), "")
 	testenv.Must(t, err)
 	t.Cleanup(c.Close)

@@ -60,9 +60,7 @@ func (e *testEnv) writeConfig(t *testing.T) string {
 // reconcile, and then drained.
 func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agentProc {
 	t.Helper()
-	if berthBin == "" {
-		t.Fatalf("no berth binary: %v", buildErr)
-	}
+	bin := berthBinary.Path(t)
 	if !e.reaping {
 		// Registered before the process's own cleanup, so it runs after it.
 		e.reaping = true
@@ -70,7 +68,7 @@ func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agen
 	}
 	logf, err := os.OpenFile(filepath.Join(e.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	testenv.Must(t, err)
-	cmd := exec.Command(berthBin, "agent", "-config", cfgPath)
+	cmd := exec.Command(bin, "agent", "-config", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	testenv.Must(t, cmd.Start())
 	p := &agentProc{t: t, cfg: cfgPath, sock: e.cfg.API.Socket, cmd: cmd, done: make(chan struct{}), log: logf}
@@ -168,7 +166,7 @@ func (p *agentProc) terminate() {
 // drain runs `berth agent drain` against the agent and waits for it to
 // exit.
 func (p *agentProc) drain() error {
-	cmd := exec.Command(berthBin, "agent", "drain", "--address", "unix://"+p.sock, "--wait", "5m")
+	cmd := exec.Command(berthBinary.Path(p.t), "agent", "drain", "--address", "unix://"+p.sock, "--wait", "5m")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("berth agent drain: %v: %s", err, out)

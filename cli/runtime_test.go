@@ -128,22 +128,7 @@ func startAgentOn(t *testing.T, subnet string) (string, string) {
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), agent.WithVersion("test"))
 	testenv.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-errc:
-		t.Fatalf("agent stopped: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("agent not ready")
-	}
+	testenv.Serve(t, "agent", a.Run, a.Ready())
 	return "unix://" + a.SocketPath(), cfg.DataDir
 }
 

@@ -62,7 +62,7 @@ func (e *env) startAgent(t *testing.T) (socket string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "berth.sock")
 	args := append(e.flags(e.dataDir), "agent", "--api-socket", sock, "--gc-interval", "100ms", "--drain-on-shutdown")
-	cmd := exec.Command(berthBin, args...)
+	cmd := exec.Command(berthBinary.Path(t), args...)
 	stderr, err := cmd.StderrPipe()
 	testenv.Must(t, err)
 	testenv.Must(t, cmd.Start())

@@ -24,27 +24,11 @@ import (
 	"github.com/berth/berth/store"
 )
 
-// berthBin is the berth binary TestMain builds for the crash tests, and
-// buildErr why it could not.
-var (
-	berthBin string
-	buildErr error
-)
+// berthBinary is the berth binary TestMain builds for the crash tests.
+var berthBinary testenv.Berth
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := testenv.BuildBerth()
-			if err != nil {
-				buildErr = err
-			} else {
-				defer cleanup()
-				berthBin = bin
-			}
-		}
-		return testenv.LeakCheckMain(m)
-	}()
-	os.Exit(code)
+	os.Exit(testenv.MainWithBerth(m, &berthBinary))
 }
 
 // full is a network with the whole plugin chain, named with this
@@ -157,12 +141,10 @@ type result struct {
 // berth runs the binary with the env's flags; point arms a crash point.
 func (e *env) berth(t *testing.T, dataDir, point string, args ...string) result {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bin := berthBinary.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, append(e.flags(dataDir), args...)...)
+	cmd := exec.CommandContext(ctx, bin, append(e.flags(dataDir), args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, fault.Env+"=") {
 			cmd.Env = append(cmd.Env, kv)

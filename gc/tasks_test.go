@@ -139,7 +139,7 @@ func (e *env) taskLeftovers(t *testing.T, allocID string) []string {
 func (e *env) scrubTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, berthBin, append(e.flags(e.dataDir), "gc")...)
+	cmd := exec.CommandContext(ctx, berthBinary.Path(t), append(e.flags(e.dataDir), "gc")...)
 	_ = cmd.Run()
 	b, err := os.ReadFile(filepath.Join(e.dataDir, "podman", "service.pid"))
 	if err != nil {

@@ -214,9 +214,7 @@ func BenchmarkReclaimLatency(b *testing.B) {
 // is judged.
 func BenchmarkGCPass(b *testing.B) {
 	testenv.RequireRoot(b)
-	if buildErr != nil {
-		b.Fatal(buildErr)
-	}
+	bin := berthBinary.Path(b)
 	n := envInt("NOMAD_NAMESPACES", 1000)
 	a := nomadtest.Start(b, nomadtest.Options{})
 	dir := filepath.Join(b.TempDir(), "netns")
@@ -241,7 +239,7 @@ func BenchmarkGCPass(b *testing.B) {
 		time.Sleep(1100 * time.Millisecond) // past the grace period of 1 s
 		args := []string{"gc", "--nomad", "--json", "--nomad-address", a.Addr, "--nomad-grace-period", "1s", "--netns-dir", dir,
 			"--data-dir", filepath.Join(b.TempDir(), "data"), "--lock-dir", b.TempDir(), "--cni-config-dir", b.TempDir()}
-		cmd := exec.Command(berthBin, args...)
+		cmd := exec.Command(bin, args...)
 		var out []byte
 		b.StartTimer()
 		out, err := cmd.Output()

@@ -40,13 +40,11 @@ func janitorDirs(t *testing.T) (data, run string) {
 // submitJanitor runs examples/nomad/berth-janitor.nomad.hcl on a.
 func submitJanitor(t *testing.T, a *nomadtest.Agent, data, run string) {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	bin := berthBinary.Path(t)
 	src, err := os.ReadFile("../examples/nomad/berth-janitor.nomad.hcl")
 	testenv.Must(t, err)
 	a.Run(t, string(src),
-		"berth="+berthBin, "nomad_addr="+a.Addr, "data_dir="+data, "run_dir="+run,
+		"berth="+bin, "nomad_addr="+a.Addr, "data_dir="+data, "run_dir="+run,
 		"cni_path="+testenv.ReferencePlugins, "grace_period=24h", "gc_interval=1m")
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {

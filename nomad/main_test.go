@@ -18,27 +18,12 @@ import (
 	"github.com/berth/berth/nomad/nomadtest"
 )
 
-// berthBin is the berth binary TestMain builds (the janitor job runs it),
-// and buildErr why it could not.
-var (
-	berthBin string
-	buildErr error
-)
+// berthBinary is the berth binary TestMain builds (the janitor job runs
+// it).
+var berthBinary testenv.Berth
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := testenv.BuildBerth()
-			if err != nil {
-				buildErr = err
-			} else {
-				defer cleanup()
-				berthBin = bin
-			}
-		}
-		return testenv.LeakCheckMain(m)
-	}()
-	os.Exit(code)
+	os.Exit(testenv.MainWithBerth(m, &berthBinary))
 }
 
 // berth runs the berth CLI in process; code is its exit status.

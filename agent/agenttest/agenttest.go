@@ -4,11 +4,9 @@
 package agenttest
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/berth/berth/agent"
 	"github.com/berth/berth/internal/testenv"
@@ -31,26 +29,6 @@ func Start(t *testing.T, cfg agent.Config, logPath string) *agent.Agent {
 	})
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})), agent.WithVersion("test"))
 	testenv.Must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		case <-time.After(5 * time.Minute):
-			t.Errorf("agent did not stop within 5 minutes")
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-errc:
-		t.Fatalf("agent stopped before it was ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("agent not ready after 2 minutes")
-	}
+	testenv.Serve(t, "agent", a.Run, a.Ready())
 	return a
 }

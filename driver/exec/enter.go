@@ -49,9 +49,7 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 	if err != nil {
 		return -1, fmt.Errorf("%w: %s: task %s: %w", driver.ErrExecSetup, h.drv.name, h.id, err)
 	}
-	if h.cg != nil {
-		sp.CgroupRel, sp.CgroupUnified, sp.CgroupV1 = h.cg.Rel, h.cg.Unified, h.cg.V1
-	}
+	sp.Cgroup = h.cg
 	sp.Net, sp.IPC, sp.Mnt, sp.PID = t.files[0] != nil, t.files[1] != nil, t.files[2] != nil, t.files[3] != nil
 	sp.Root, sp.Cwd = t.files[4] != nil, t.files[5] != nil
 	sp.TTY = req.TTY

@@ -328,9 +328,7 @@ func (l *launch) spec(d *Driver, t *driver.Task, cg *cgroup.Set) *supervisor.Spe
 	if l.user != nil {
 		s.SetUser, s.UID, s.GID, s.Groups = true, l.user.uid, l.user.gid, l.user.groups
 	}
-	if cg != nil {
-		s.CgroupRel, s.CgroupUnified, s.CgroupV1 = cg.Rel, cg.Unified, cg.V1
-	}
+	s.Cgroup = cg
 	return s
 }
 

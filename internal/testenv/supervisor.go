@@ -1,11 +1,13 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // supervisorEnv is driver/exec.SupervisorEnv (not imported: the driver's
@@ -54,4 +56,40 @@ func BuildBerth() (bin string, cleanup func(), err error) {
 		return "", nil, fmt.Errorf("go build ./cmd/berth: %v\n%s", err, strings.TrimSpace(string(out)))
 	}
 	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// Berth is the berth binary that a test binary builds once, in its
+// TestMain (MainWithBerth), for the tests that run berth as a process.
+type Berth struct {
+	path string
+	err  error
+}
+
+// Path is the binary; it fails tb, with the reason, when there is none.
+func (b *Berth) Path(tb testing.TB) string {
+	tb.Helper()
+	if b.path == "" {
+		err := b.err
+		if err == nil {
+			err = errors.New("not built: TestMain builds it with testenv.MainWithBerth, as root")
+		}
+		tb.Fatalf("no berth binary: %v", err)
+	}
+	return b.path
+}
+
+// MainWithBerth is the TestMain of such a package: it builds berth into b
+// (as root only: the tests that run it need root), runs the tests under
+// the host leak check (LeakCheckMain), and removes the binary.
+func MainWithBerth(m *testing.M, b *Berth) int {
+	if os.Geteuid() == 0 {
+		bin, cleanup, err := BuildBerth()
+		if err != nil {
+			b.err = err
+		} else {
+			defer cleanup()
+			b.path = bin
+		}
+	}
+	return LeakCheckMain(m)
 }

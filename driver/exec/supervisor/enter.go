@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/berth/berth/internal/cgroup"
 	"golang.org/x/sys/unix"
@@ -53,10 +52,8 @@ type EnterSpec struct {
 	// root task keeps and the ambient set a non-root task keeps.
 	CapBnd, CapPrm, CapAmb uint64
 	NoNewPrivs             bool
-	// The task's cgroup, as Spec has it; empty: none.
-	CgroupRel     string
-	CgroupUnified string
-	CgroupV1      []string
+	// Cgroup is the task's cgroup, as Spec has it; nil: none.
+	Cgroup *cgroup.Set
 	// Which of the namespace and directory files were passed.
 	Net, IPC, Mnt, PID, Root, Cwd bool
 	// TTY: stdin is a terminal that becomes the command's controlling one.
@@ -82,11 +79,7 @@ func (s *EnterSpec) Marshal() []byte {
 	w.unum("cap_prm", s.CapPrm)
 	w.unum("cap_amb", s.CapAmb)
 	w.flag("nnp", s.NoNewPrivs)
-	w.str("cgroup_rel", s.CgroupRel)
-	w.str("cgroup_unified", s.CgroupUnified)
-	for _, d := range s.CgroupV1 {
-		w.str("cgroup_v1", d)
-	}
+	w.cgroup(s.Cgroup)
 	w.flag("net", s.Net)
 	w.flag("ipc", s.IPC)
 	w.flag("mnt", s.Mnt)
@@ -129,12 +122,6 @@ func ParseEnterSpec(b []byte) (*EnterSpec, error) {
 			s.CapAmb = r.uint64(f)
 		case "nnp":
 			s.NoNewPrivs = flag(f)
-		case "cgroup_rel":
-			s.CgroupRel = f.val
-		case "cgroup_unified":
-			s.CgroupUnified = f.val
-		case "cgroup_v1":
-			s.CgroupV1 = append(s.CgroupV1, f.val)
 		case "net":
 			s.Net = flag(f)
 		case "ipc":
@@ -150,6 +137,9 @@ func ParseEnterSpec(b []byte) (*EnterSpec, error) {
 		case "tty":
 			s.TTY = flag(f)
 		default:
+			if r.cgroup(&s.Cgroup, f) {
+				continue
+			}
 			return nil, fmt.Errorf("enter spec: unknown field %q", f.key)
 		}
 	}
@@ -237,9 +227,8 @@ func enterMain() int {
 // command's path as found there.
 func enter(sp *EnterSpec) (string, error) {
 	// The cgroup first: its files are the host's.
-	if sp.CgroupRel != "" {
-		cg := &cgroup.Set{Rel: sp.CgroupRel, Unified: sp.CgroupUnified, V1: sp.CgroupV1}
-		if err := cg.JoinSelf(); err != nil {
+	if sp.Cgroup != nil {
+		if err := sp.Cgroup.JoinSelf(); err != nil {
 			return "", fmt.Errorf("join the task's cgroup: %w", err)
 		}
 	}
@@ -321,75 +310,15 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("exec %s: not found in the task's PATH (%s)", name, pathVar)
 }
 
-// enterIdentity takes the task's user and capabilities on this thread
-// (raw system calls: Go's wrappers would change every thread).
+// enterIdentity takes the task's user and capabilities: a root task's
+// permitted set (within its bounding set), a non-root one's ambient set.
 func enterIdentity(sp *EnterSpec) error {
-	last := lastCap()
-	for c := 0; c <= last; c++ {
-		if sp.CapBnd&(1<<uint(c)) != 0 {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-		}
-	}
-	nonRoot := sp.UID != 0
-	if nonRoot && sp.CapAmb != 0 {
-		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("keep capabilities: %w", err)
-		}
-	}
-	groups := make([]uint32, len(sp.Groups))
-	for i, g := range sp.Groups {
-		groups[i] = uint32(g)
-	}
-	var gp unsafe.Pointer
-	if len(groups) > 0 {
-		gp = unsafe.Pointer(&groups[0])
-	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(gp), 0); e != 0 {
-		return fmt.Errorf("user: setgroups %v: %w", sp.Groups, e)
-	}
-	gid := uintptr(sp.GID)
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, gid, gid, gid); e != 0 {
-		return fmt.Errorf("user: setresgid %d: %w", sp.GID, e)
-	}
-	uid := uintptr(sp.UID)
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); e != 0 {
-		return fmt.Errorf("user: setresuid %d: %w", sp.UID, e)
-	}
-	// What the task has: a root task its permitted set (within the
-	// bounding set), a non-root one its ambient set.
 	keep := sp.CapPrm & sp.CapBnd
-	if nonRoot {
+	if sp.UID != 0 {
 		keep = sp.CapAmb
 	}
-	if !nonRoot || keep != 0 {
-		lo, hi := uint32(keep), uint32(keep>>32)
-		data := [2]unix.CapUserData{
-			{Effective: lo, Permitted: lo, Inheritable: lo},
-			{Effective: hi, Permitted: hi, Inheritable: hi},
-		}
-		if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
-			return fmt.Errorf("capset: %w", err)
-		}
-	}
-	if nonRoot {
-		for c := 0; c <= last; c++ {
-			if keep&(1<<uint(c)) == 0 {
-				continue
-			}
-			if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
-				return fmt.Errorf("raise ambient capability %d: %w", c, err)
-			}
-		}
-	}
-	if sp.NoNewPrivs {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("no_new_privs: %w", err)
-		}
-	}
-	return nil
+	return creds{setUser: true, uid: sp.UID, gid: sp.GID, groups: sp.Groups,
+		setCaps: true, bounding: sp.CapBnd, keep: keep, noNewPrivs: sp.NoNewPrivs}.apply()
 }
 
 // readFD reads fd from its start.

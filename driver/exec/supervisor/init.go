@@ -7,10 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
-	"unsafe"
 
-	"github.com/berth/berth/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,9 +36,8 @@ func initMain() int {
 	if err != nil {
 		return fail(fmt.Errorf("init: %w", err))
 	}
-	if sp.CgroupRel != "" {
-		cg := &cgroup.Set{Rel: sp.CgroupRel, Unified: sp.CgroupUnified, V1: sp.CgroupV1}
-		if err := cg.JoinSelf(); err != nil {
+	if sp.Cgroup != nil {
+		if err := sp.Cgroup.JoinSelf(); err != nil {
 			return fail(fmt.Errorf("join the task's cgroup: %w", err))
 		}
 	}
@@ -230,92 +226,22 @@ func mountSpecial(root string) error {
 	return nil
 }
 
-// takeIdentity drops to the task's capabilities and user, on this thread
-// only (raw system calls: Go's wrappers change every thread, which is
-// pointless right before execve and fails with some runtimes).
+// takeIdentity drops to the task's capabilities and user.
 func takeIdentity(sp *Spec) error {
-	last := lastCap()
-	var keep [2]uint32
+	c := creds{setUser: sp.SetUser, uid: sp.UID, gid: sp.GID, groups: sp.Groups, setCaps: sp.SetCaps}
 	if sp.SetCaps {
-		want := map[int]bool{}
-		for _, c := range sp.Caps {
-			want[c] = true
+		// A capability this process lacks (berth without
+		// CAP_SYS_RESOURCE) cannot be given, and is not asked.
+		have, err := permitted()
+		if err != nil {
+			return err
 		}
-		// What this process may still have: a capability it lacks (berth
-		// without CAP_SYS_RESOURCE) cannot be given, and is not asked.
-		var have [2]unix.CapUserData
-		if err := unix.Capget(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &have[0]); err != nil {
-			return fmt.Errorf("capget: %w", err)
-		}
-		for c := 0; c <= last; c++ {
-			if want[c] && have[c/32].Permitted&(1<<(c%32)) != 0 {
-				keep[c/32] |= 1 << (c % 32)
-				continue
-			}
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		for _, cp := range sp.Caps {
+			if cp >= 0 && cp < 64 && have&(1<<uint(cp)) != 0 {
+				c.keep |= 1 << uint(cp)
 			}
 		}
+		c.bounding = c.keep
 	}
-	nonRoot := sp.SetUser && sp.UID != 0
-	if sp.SetUser {
-		if nonRoot && sp.SetCaps {
-			if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
-				return fmt.Errorf("keep capabilities: %w", err)
-			}
-		}
-		groups := make([]uint32, len(sp.Groups))
-		for i, g := range sp.Groups {
-			groups[i] = uint32(g)
-		}
-		var gp unsafe.Pointer
-		if len(groups) > 0 {
-			gp = unsafe.Pointer(&groups[0])
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(gp), 0); e != 0 {
-			return fmt.Errorf("user: setgroups %v: %w", sp.Groups, e)
-		}
-		gid := uintptr(sp.GID)
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, gid, gid, gid); e != 0 {
-			return fmt.Errorf("user: setresgid %d: %w", sp.GID, e)
-		}
-		uid := uintptr(sp.UID)
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); e != 0 {
-			return fmt.Errorf("user: setresuid %d: %w", sp.UID, e)
-		}
-	}
-	if sp.SetCaps {
-		data := [2]unix.CapUserData{
-			{Effective: keep[0], Permitted: keep[0], Inheritable: keep[0]},
-			{Effective: keep[1], Permitted: keep[1], Inheritable: keep[1]},
-		}
-		if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
-			return fmt.Errorf("capset: %w", err)
-		}
-		if nonRoot {
-			// A non-root task keeps capabilities across execve only as
-			// ambient ones.
-			for c := 0; c <= last; c++ {
-				if keep[c/32]&(1<<(c%32)) == 0 {
-					continue
-				}
-				if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
-					return fmt.Errorf("raise ambient capability %d: %w", c, err)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func lastCap() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 40
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 40
-	}
-	return n
+	return c.apply()
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/berth/berth/internal/cgroup"
 )
 
 // The spec and the status are written as lines of "key value", the value
@@ -29,6 +31,18 @@ func (w *writer) unum(k string, v uint64) {
 func (w *writer) flag(k string, v bool) {
 	if v {
 		w.str(k, "true")
+	}
+}
+
+// cgroup writes the task's cgroup; nil (none) writes nothing.
+func (w *writer) cgroup(c *cgroup.Set) {
+	if c == nil {
+		return
+	}
+	w.str("cgroup_rel", c.Rel)
+	w.str("cgroup_unified", c.Unified)
+	for _, d := range c.V1 {
+		w.str("cgroup_v1", d)
 	}
 }
 
@@ -82,4 +96,26 @@ func (r *reader) uint64(f field) uint64 {
 		r.err = fmt.Errorf("%s: %w", f.key, err)
 	}
 	return v
+}
+
+// cgroup decodes f into *c when f is one of the cgroup's keys, and says
+// whether it was.
+func (r *reader) cgroup(c **cgroup.Set, f field) bool {
+	switch f.key {
+	case "cgroup_rel", "cgroup_unified", "cgroup_v1":
+	default:
+		return false
+	}
+	if *c == nil {
+		*c = &cgroup.Set{}
+	}
+	switch f.key {
+	case "cgroup_rel":
+		(*c).Rel = f.val
+	case "cgroup_unified":
+		(*c).Unified = f.val
+	default:
+		(*c).V1 = append((*c).V1, f.val)
+	}
+	return true
 }

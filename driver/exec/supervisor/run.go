@@ -63,9 +63,7 @@ func run(args []string) int {
 	if st, err := proc.StartTime(os.Getpid()); err == nil {
 		s.status.SupervisorStart = st
 	}
-	if spec.CgroupRel != "" {
-		s.cg = &cgroup.Set{Rel: spec.CgroupRel, Unified: spec.CgroupUnified, V1: spec.CgroupV1}
-	}
+	s.cg = spec.Cgroup
 	return s.supervise()
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/berth/berth/internal/cgroup"
 )
 
 // Version is the protocol between the driver and the supervisor binary: a
@@ -59,11 +61,8 @@ type Spec struct {
 	NewPIDNS bool
 	NewIPCNS bool
 
-	// The task's cgroup: Rel in every hierarchy, Unified the cgroup2
-	// directory and V1 the v1 ones. Empty: no cgroup.
-	CgroupRel     string
-	CgroupUnified string
-	CgroupV1      []string
+	// Cgroup is the task's cgroup; nil: none.
+	Cgroup *cgroup.Set
 
 	// LogDir receives Stdout and Stderr (file names), rotated after
 	// LogMaxSize bytes, LogMaxFiles files per stream. Empty LogDir: the
@@ -119,11 +118,7 @@ func (s *Spec) Marshal() []byte {
 	}
 	w.flag("newpid", s.NewPIDNS)
 	w.flag("newipc", s.NewIPCNS)
-	w.str("cgroup_rel", s.CgroupRel)
-	w.str("cgroup_unified", s.CgroupUnified)
-	for _, d := range s.CgroupV1 {
-		w.str("cgroup_v1", d)
-	}
+	w.cgroup(s.Cgroup)
 	w.str("log_dir", s.LogDir)
 	w.str("stdout", s.Stdout)
 	w.str("stderr", s.Stderr)
@@ -191,12 +186,6 @@ func ParseSpec(b []byte) (*Spec, error) {
 			s.NewPIDNS = true
 		case "newipc":
 			s.NewIPCNS = true
-		case "cgroup_rel":
-			s.CgroupRel = f.val
-		case "cgroup_unified":
-			s.CgroupUnified = f.val
-		case "cgroup_v1":
-			s.CgroupV1 = append(s.CgroupV1, f.val)
 		case "log_dir":
 			s.LogDir = f.val
 		case "stdout":
@@ -212,6 +201,9 @@ func ParseSpec(b []byte) (*Spec, error) {
 		case "status_name":
 			s.StatusName = f.val
 		default:
+			if r.cgroup(&s.Cgroup, f) {
+				continue
+			}
 			return nil, fmt.Errorf("task spec: unknown key %q", f.key)
 		}
 	}

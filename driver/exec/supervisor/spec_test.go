@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth/berth/internal/cgroup"
 )
 
 func TestSpecRoundTrip(t *testing.T) {
@@ -15,7 +17,7 @@ func TestSpecRoundTrip(t *testing.T) {
 		SetCaps: true, Caps: []int{0, 10}, OOMScoreAdj: 500,
 		Root: "/a/web", Mounts: []Mount{{Source: "/bin", Dest: "/bin", ReadOnly: true}, {Source: "/a/alloc", Dest: "/alloc"}},
 		NewPIDNS: true, NewIPCNS: true,
-		CgroupRel: "berth/s.a.web", CgroupUnified: "/sys/fs/cgroup/unified/berth/s.a.web", CgroupV1: []string{"/m", "/p"},
+		Cgroup: &cgroup.Set{Rel: "berth/s.a.web", Unified: "/sys/fs/cgroup/unified/berth/s.a.web", V1: []string{"/m", "/p"}},
 		LogDir: "/a", Stdout: "web.stdout", Stderr: "web.stderr", LogMaxFiles: 3, LogMaxSize: 1 << 20,
 		StatusDir: "/a", StatusName: "web.status",
 	}
@@ -76,8 +78,8 @@ func TestEnterSpecRoundTrip(t *testing.T) {
 		Args: []string{"sh", "-c", "echo \"a b\"\n"}, Env: []string{"PATH=/bin", "X=1=2"},
 		UID: 65534, GID: 65534, Groups: []int{65534, 27},
 		CapBnd: 0xa80425fb, CapPrm: 0x1, CapAmb: 0x400, NoNewPrivs: true,
-		CgroupRel: "berth/x.y.t", CgroupUnified: "/sys/fs/cgroup/unified/berth/x.y.t", CgroupV1: []string{"/sys/fs/cgroup/memory/berth/x.y.t"},
-		Net: true, Mnt: true, PID: true, Root: true, Cwd: true, TTY: true,
+		Cgroup: &cgroup.Set{Rel: "berth/x.y.t", Unified: "/sys/fs/cgroup/unified/berth/x.y.t", V1: []string{"/sys/fs/cgroup/memory/berth/x.y.t"}},
+		Net:    true, Mnt: true, PID: true, Root: true, Cwd: true, TTY: true,
 	}
 	out, err := ParseEnterSpec(in.Marshal())
 	if err != nil {
