@@ -165,6 +165,7 @@ func WireSummary(s *runner.Summary) *api.JobSummary {
 		SetupP50: s.SetupP50, SetupP99: s.SetupP99, TeardownP50: s.TeardownP50, TeardownP99: s.TeardownP99,
 		ExitToGoneP50: s.ExitToGoneP50, TeardownRetries: s.TeardownRetries, Holders: slices.Clone(s.Holders),
 		Leaks: slices.Clone(s.Leaks), Duration: s.Duration, Failed: slices.Clone(s.Failed),
+		Networks: slices.Clone(s.Networks),
 	}
 	if s.ByStatus != nil {
 		out.ByStatus = make(map[string]int, len(s.ByStatus))

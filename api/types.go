@@ -307,6 +307,10 @@ type JobSummary struct {
 	Duration float64  `json:"duration_s"`
 	// Failed describes each allocation that did not complete.
 	Failed []string `json:"failed_allocations,omitempty"`
+	// Networks are the CNI networks the allocations attached to; their
+	// bridges and shared chains stay for the next attachment (`berth gc`
+	// tidies them once idle).
+	Networks []string `json:"networks,omitempty"`
 }
 
 // Allocation statuses, with Nomad's names.

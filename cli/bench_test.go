@@ -27,11 +27,10 @@ func newCLIBench(b *testing.B, subnet string) *cliBench {
 	testenv.RequireRoot(b)
 	testenv.RequirePlugins(b, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
 	dir := b.TempDir()
-	c := &cliBench{berth: filepath.Join(dir, "berth"), cnitool: filepath.Join(dir, "cnitool")}
-	for bin, pkg := range map[string]string{c.berth: "../cmd/berth", c.cnitool: "github.com/containernetworking/cni/cnitool"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	c := &cliBench{berth: berthBinary.Path(b), cnitool: filepath.Join(dir, "cnitool")}
+	const pkg = "github.com/containernetworking/cni/cnitool"
+	if out, err := exec.Command("go", "build", "-o", c.cnitool, pkg).CombinedOutput(); err != nil {
+		b.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	c.net = testenv.NewNetwork(b, testenv.NetworkSpec{Subnet: subnet, Portmap: true, Firewall: true, Loopback: true})
 	c.flags = []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", c.net.ConfDir,

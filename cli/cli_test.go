@@ -16,7 +16,11 @@ import (
 	"github.com/berth/berth/node"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
+// berthBinary is the berth binary TestMain builds for the tests that run
+// berth as a process (Ctrl-C on `berth run`, the CLI benchmarks).
+var berthBinary testenv.Berth
+
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithBerth(m, &berthBinary)) }
 
 // run executes berth in process and returns stdout, stderr and the error.
 func run(t *testing.T, args ...string) (string, string, error) {

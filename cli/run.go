@@ -263,6 +263,10 @@ func printSummary(g *Globals, s *api.JobSummary) {
 	} else {
 		fmt.Fprintf(w, "  LEAK CHECK FAILED: %d left:\n    %s\n", len(s.Leaks), strings.Join(s.Leaks, "\n    "))
 	}
+	if len(s.Networks) > 0 {
+		fmt.Fprintf(w, "  kept for the next run: the bridge and shared CNI chains of network %s (`berth gc` removes them once no interface uses them)\n",
+			strings.Join(s.Networks, ", "))
+	}
 	for _, f := range s.Failed {
 		fmt.Fprintf(w, "  failed: %s\n", f)
 	}

@@ -14,24 +14,13 @@ import (
 	"github.com/berth/berth/internal/testenv"
 )
 
-// buildBerth builds the berth binary once per test binary.
-func buildBerth(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "berth")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/berth").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // Ctrl-C on `berth run` stops the tasks, tears the network down, prints
 // the summary and exits 0 (stopped allocations are complete, as in Nomad).
 func TestRunInterrupted(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
 	n := testenv.NewNetwork(t, testenv.NetworkSpec{Subnet: "10.199.91.0/24", Portmap: true, Firewall: true, Loopback: true})
-	bin := buildBerth(t)
+	bin := berthBinary.Path(t)
 	job := filepath.Join(t.TempDir(), "svc.nomad.hcl")
 	testenv.Must(t, os.WriteFile(job, []byte(`job "btcli-svc" {
   type = "service"
@@ -84,7 +73,8 @@ func TestRunInterrupted(t *testing.T) {
 		t.Fatalf("berth run after Ctrl-C: %v\n%s", err, out.String())
 	}
 	s := out.String()
-	for _, want := range []string{"summary of job \"btcli-svc\"", "complete 2", "leak check: nothing left"} {
+	for _, want := range []string{"summary of job \"btcli-svc\"", "complete 2", "leak check: nothing left",
+		"kept for the next run: the bridge and shared CNI chains of network " + n.Name} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}

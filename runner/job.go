@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -79,6 +80,10 @@ type Summary struct {
 	// Detached counts the allocations left running for the next agent
 	// (Runner.Detach); they are not in ByStatus.
 	Detached int `json:"detached,omitempty"`
+	// Networks are the CNI networks the allocations attached to: their
+	// bridges and the plugins' shared chains stay for the next
+	// attachment, and gc tidies them once idle.
+	Networks []string `json:"networks,omitempty"`
 }
 
 // OK reports whether every allocation succeeded and nothing leaked.
@@ -350,6 +355,9 @@ func (s *Summary) record(a *store.Allocation, setup, teardown, gone *quantiles) 
 	s.ByStatus[a.Status]++
 	if a.Status != store.AllocComplete && len(s.Failed) < maxListed {
 		s.Failed = append(s.Failed, a.ID+": "+a.StatusDesc)
+	}
+	if a.Network != nil && a.Network.Network != "" && !slices.Contains(s.Networks, a.Network.Network) {
+		s.Networks = append(s.Networks, a.Network.Network)
 	}
 	if a.Network != nil && a.Network.NetnsPath != "" {
 		setup.add(a.TimingsMS["netns"] + a.TimingsMS["add"])
