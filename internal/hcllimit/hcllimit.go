@@ -13,8 +13,9 @@ import (
 )
 
 const (
-	// MaxDepth is how deeply brackets, braces, parentheses and template
-	// interpolations may nest; real job files use less than 20.
+	// MaxDepth is how deeply brackets, braces, parentheses, template
+	// interpolations and operators may nest; real job files use less
+	// than 20.
 	MaxDepth = 256
 	// MaxBytes bounds a file's size.
 	MaxBytes = 4 << 20
@@ -37,20 +38,59 @@ func Check(src []byte, filename string, json bool) hcl.Diagnostics {
 		return checkJSON(src, filename)
 	}
 	toks, _ := hclsyntax.LexConfig(src, filename, hcl.InitialPos)
-	depth := 0
+	return checkTokens(toks, filename)
+}
+
+// level is one open bracket: what opened it and how many operators the
+// expression being written inside it has so far.
+type level struct {
+	open hclsyntax.TokenType
+	ops  int
+}
+
+// checkTokens counts, at each token, how deep the parse tree is there:
+// one per open bracket, brace, parenthesis, quote or interpolation, plus
+// one per operator (unary !/-, binary, and each ?: of a conditional) in
+// the expressions still open. HCL parses `!!!!x`, `a ? b : c ? d : e` and
+// `1 + 1 + 1` into trees as deep as they have operators and recurses that
+// deep, in more than linear time for unary chains (10 KB of "!" took over
+// a second). A comma, or a newline or '=' directly inside a body or an
+// object, starts a new expression.
+func checkTokens(toks hclsyntax.Tokens, filename string) hcl.Diagnostics {
+	stack := []level{{open: hclsyntax.TokenOBrace}}
+	depth := 0 // len(stack)-1 plus every level's ops
 	for _, t := range toks {
+		top := &stack[len(stack)-1]
 		switch t.Type {
 		case hclsyntax.TokenOBrace, hclsyntax.TokenOBrack, hclsyntax.TokenOParen,
 			hclsyntax.TokenTemplateInterp, hclsyntax.TokenTemplateControl, hclsyntax.TokenOQuote, hclsyntax.TokenOHeredoc:
+			stack = append(stack, level{open: t.Type})
 			depth++
-			if depth > MaxDepth {
-				return tooDeep(filename, t.Range)
-			}
 		case hclsyntax.TokenCBrace, hclsyntax.TokenCBrack, hclsyntax.TokenCParen,
 			hclsyntax.TokenTemplateSeqEnd, hclsyntax.TokenCQuote, hclsyntax.TokenCHeredoc:
-			if depth > 0 {
-				depth--
+			if len(stack) > 1 {
+				depth -= 1 + top.ops
+				stack = stack[:len(stack)-1]
 			}
+		case hclsyntax.TokenComma:
+			depth -= top.ops
+			top.ops = 0
+		case hclsyntax.TokenNewline, hclsyntax.TokenEqual:
+			if top.open == hclsyntax.TokenOBrace {
+				depth -= top.ops
+				top.ops = 0
+			}
+		case hclsyntax.TokenBang, hclsyntax.TokenMinus, hclsyntax.TokenPlus, hclsyntax.TokenStar,
+			hclsyntax.TokenSlash, hclsyntax.TokenPercent, hclsyntax.TokenEqualOp, hclsyntax.TokenNotEqual,
+			hclsyntax.TokenLessThan, hclsyntax.TokenLessThanEq, hclsyntax.TokenGreaterThan,
+			hclsyntax.TokenGreaterThanEq, hclsyntax.TokenAnd, hclsyntax.TokenOr, hclsyntax.TokenQuestion:
+			top.ops++
+			depth++
+		default:
+			continue
+		}
+		if depth > MaxDepth {
+			return tooDeep(filename, t.Range)
 		}
 	}
 	return nil
@@ -95,7 +135,7 @@ func tooDeep(filename string, r hcl.Range) hcl.Diagnostics {
 	return hcl.Diagnostics{{
 		Severity: hcl.DiagError,
 		Summary:  "Nested too deeply",
-		Detail:   fmt.Sprintf("%s nests brackets, braces or interpolations more than %d levels deep here; berth refuses such files before parsing them", filename, MaxDepth),
+		Detail:   fmt.Sprintf("%s nests more than %d levels deep here (each open bracket, brace, parenthesis, quote or interpolation counts one, and so does each operator and each ?: in an expression); berth refuses such files before parsing them: split the expression, or compute the value outside the job file", filename, MaxDepth),
 		Subject:  &r,
 	}}
 }

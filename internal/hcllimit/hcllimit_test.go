@@ -24,6 +24,16 @@ func TestCheck(t *testing.T) {
 		{"deep on line 3", "a = 1\nb = 2\n" + deep("(", ")", 400), false, "Nested too deeply", 3},
 		{"json ok", `{"job": {"j": {"group": [1, 2, {"x": "[[[["}]}}}`, true, "", 0},
 		{"json deep", strings.Repeat("[", 60000) + strings.Repeat("]", 60000), true, "Nested too deeply", 1},
+		{"unary not chain", "x = " + strings.Repeat("!", 10000) + "true\n", false, "Nested too deeply", 1},
+		{"unary minus chain", "a = 1\nx = " + strings.Repeat("-", 10000) + "1\n", false, "Nested too deeply", 2},
+		{"conditional chain", "x = " + strings.Repeat("true ? 1 : ", 1000) + "1\n", false, "Nested too deeply", 1},
+		{"nested conditionals", "x = " + strings.Repeat("true ? ", 1000) + "1" + strings.Repeat(" : 2", 1000) + "\n", false, "Nested too deeply", 1},
+		{"operator chain", "x = " + strings.Repeat("1 + ", 2500) + "1\n", false, "Nested too deeply", 1},
+		{"operator chain over lines in parens", "x = (" + strings.Repeat("1 +\n", 2500) + "1)\n", false, "Nested too deeply", 256},
+		{"operators in interpolations", "x = \"" + strings.Repeat("${1 + ", 200) + "1" + strings.Repeat("}", 200) + "\"\n", false, "Nested too deeply", 1},
+		{"many short expressions", strings.Repeat("x = !true && 1 + 2 * 3 > -4 ? 5 : 6\n", 2000), false, "", 0},
+		{"long list of short expressions", "x = [" + strings.Repeat("-1 + 2, ", 3000) + "]\n", false, "", 0},
+		{"object of short expressions", "x = {\n" + strings.Repeat("  a = !true || false\n", 3000) + "}\n", false, "", 0},
 		{"too large", strings.Repeat("#", MaxBytes+1), false, "File too large", 1},
 	}
 	for _, tt := range tests {
