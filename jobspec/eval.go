@@ -17,10 +17,24 @@ import (
 // as in Nomad it evaluates to its own text in "${...}", so "${attr.x}",
 // attr.x and upper(attr.x) all parse, and Interpolate resolves what is left
 // at run time.
+//
+// Its value counts against the parse's budget as a tree (what reads it
+// later copies it), so locals that double a value at each step stop at
+// the limit, at the attribute that crosses it.
 func (p *parser) eval(e hclsyntax.Expression) (cty.Value, bool) {
+	if p.budget.reported {
+		return cty.NilVal, false
+	}
 	v, diags := e.Value(p.evalCtx(e))
 	if diags.HasErrors() {
 		p.addHCL(diags, e.Range())
+		return cty.NilVal, false
+	}
+	if p.budget.err == nil {
+		_ = p.budget.chargeValue(v)
+	}
+	if p.budget.err != nil {
+		p.failBudget(e.Range())
 		return cty.NilVal, false
 	}
 	if !v.IsWhollyKnown() {

@@ -2,9 +2,6 @@ package jobspec
 
 import (
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 
 	"github.com/hashicorp/go-cty-funcs/cidr"
 	"github.com/hashicorp/go-cty-funcs/crypto"
@@ -28,39 +25,13 @@ import (
 // Relative paths in the filesystem functions are resolved as Nomad does,
 // against the working directory; a path that does not exist there is
 // looked up next to the job file, so a job run from elsewhere still finds
-// the files it ships with.
+// the files it ships with. They read only beneath those two directories
+// (fsRoots), and every function runs within the parse's budget.
 //
 // Without allowFS they fail, as Nomad's do when it parses a job on behalf
 // of an API client: a job submitted to the agent must not read its files.
-func functions(cwd, jobDir string, allowFS bool) map[string]function.Function {
-	base := func(path cty.Value) string {
-		if !path.IsKnown() || path.IsNull() || path.Type() != cty.String {
-			return cwd
-		}
-		p := path.AsString()
-		if filepath.IsAbs(p) || jobDir == "" || jobDir == cwd {
-			return cwd
-		}
-		if _, err := os.Stat(filepath.Join(cwd, p)); errors.Is(err, fs.ErrNotExist) {
-			if _, err := os.Stat(filepath.Join(jobDir, p)); err == nil {
-				return jobDir
-			}
-		}
-		return cwd
-	}
-	relative := func(mk func(dir string) function.Function, params int) function.Function {
-		probe := mk(cwd)
-		spec := &function.Spec{
-			Params: probe.Params(),
-			Type: func(args []cty.Value) (cty.Type, error) {
-				return probe.ReturnTypeForValues(args)
-			},
-			Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-				return mk(base(args[0])).Call(args[:params])
-			},
-		}
-		return function.New(spec)
-	}
+func functions(cwd, jobDir string, allowFS bool, b *budget) map[string]function.Function {
+	roots := fsRoots{cwd: cwd, jobDir: jobDir, b: b}
 	fns := map[string]function.Function{
 		"abs":             stdlib.AbsoluteFunc,
 		"abspath":         filesystem.AbsPathFunc,
@@ -86,10 +57,10 @@ func functions(cwd, jobDir string, allowFS bool) map[string]function.Function {
 		"dirname":         filesystem.DirnameFunc,
 		"distinct":        stdlib.DistinctFunc,
 		"element":         stdlib.ElementFunc,
-		"file":            relative(func(d string) function.Function { return filesystem.MakeFileFunc(d, false) }, 1),
-		"filebase64":      relative(func(d string) function.Function { return filesystem.MakeFileFunc(d, true) }, 1),
-		"fileexists":      relative(filesystem.MakeFileExistsFunc, 1),
-		"fileset":         relative(filesystem.MakeFileSetFunc, 2),
+		"file":            roots.fileFunc(false),
+		"filebase64":      roots.fileFunc(true),
+		"fileexists":      roots.fileExistsFunc(),
+		"fileset":         roots.fileSetFunc(),
 		"flatten":         stdlib.FlattenFunc,
 		"floor":           stdlib.FloorFunc,
 		"format":          stdlib.FormatFunc,
@@ -151,7 +122,7 @@ func functions(cwd, jobDir string, allowFS bool) map[string]function.Function {
 			fns[name] = disabledFS(fns[name])
 		}
 	}
-	return fns
+	return budgeted(fns, b)
 }
 
 func disabledFS(f function.Function) function.Function {

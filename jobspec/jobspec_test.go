@@ -443,7 +443,7 @@ func TestParseFileErrors(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 	_, err = Parse([]byte(""), "", ParseOptions{})
-	if !errors.Is(err, ErrInvalidJob) || !strings.HasPrefix(err.Error(), "<input>:1:1: no job block") {
+	if !errors.Is(err, ErrInvalidJob) || !strings.HasPrefix(err.Error(), "<input>:1:1: the job file is empty") {
 		t.Errorf("empty input: %v", err)
 	}
 }

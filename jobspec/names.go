@@ -21,7 +21,8 @@ var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
 // path (task log files), CNI_ARGS (job ID, group, namespace, region: pairs
 // K=V joined by ';') or a task's environment (NOMAD_*_NAME, NOMAD_META_<key>):
 // not empty, at most 128 bytes, no control character (NUL, newline: they
-// end a C string or forge a log line), no '/' or '\' and not "." or ".."
+// end a C string or forge a log line) nor formatting one (U+202E shows
+// "abc" reversed), no '/' or '\' and not "." or ".."
 // (a path component), no ';' or '=' (they would split a CNI_ARGS pair or
 // an environment entry). Nomad's rules (no '/' in task names, no NUL or
 // space in job IDs) are the model; berth's is stricter where its names go
@@ -41,6 +42,10 @@ func nameProblem(s string) string {
 			return "contains a NUL byte"
 		case unicode.IsControl(r):
 			return fmt.Sprintf("contains the control character %q", r)
+		case unicode.Is(unicode.Cf, r):
+			// U+202E and the other bidirectional and zero-width
+			// controls make a name display as another one.
+			return fmt.Sprintf("contains the invisible formatting character %U, which makes a name display as another", r)
 		case r == '/' || r == '\\':
 			return fmt.Sprintf("contains %q, which would make it a path", r)
 		case r == ';' || r == '=':

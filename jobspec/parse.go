@@ -12,6 +12,7 @@
 package jobspec
 
 import (
+	"context"
 	"fmt"
 	"math/big"
 	"os"
@@ -26,8 +27,6 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
-
-	"github.com/berth/berth/internal/hcllimit"
 )
 
 // NodeAttrs are the node's attributes by their interpolation name without
@@ -66,6 +65,10 @@ type ParseOptions struct {
 	// AllowFS enables the filesystem functions (file, fileexists, ...),
 	// as Nomad's CLI does; without it they are errors, as in Nomad's API.
 	AllowFS bool
+	// EvalTimeout bounds the time the job file's evaluation may take;
+	// 0 is DefaultEvalTimeout. The other bounds (MaxEvalElements,
+	// MaxEvalBytes) are fixed.
+	EvalTimeout time.Duration
 	// MaxKillTimeout is the node's max_kill_timeout: a longer kill_timeout
 	// is a warning (the runner cuts it). 0 means no limit.
 	MaxKillTimeout time.Duration
@@ -73,17 +76,29 @@ type ParseOptions struct {
 
 // ParseFile reads and parses one job file; see Parse.
 func ParseFile(path string, opts ParseOptions) (*Job, error) {
+	return ParseFileContext(context.Background(), path, opts)
+}
+
+// ParseFileContext is ParseFile whose evaluation stops when ctx ends.
+func ParseFileContext(ctx context.Context, path string, opts ParseOptions) (*Job, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read job file %s: %w", path, err)
 	}
-	return Parse(src, path, opts)
+	return ParseContext(ctx, src, path, opts)
 }
 
 // Parse parses and validates a job. filename is used in positions. On any
 // problem in the file it returns a Diagnostics error listing all of them,
 // which matches ErrInvalidJob.
 func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
+	return ParseContext(context.Background(), src, filename, opts)
+}
+
+// ParseContext is Parse whose evaluation stops, with a positioned error,
+// when ctx ends (an API client that left) or its budget is spent: a
+// deadline (opts.EvalTimeout), MaxEvalElements and MaxEvalBytes.
+func ParseContext(ctx context.Context, src []byte, filename string, opts ParseOptions) (*Job, error) {
 	if filename == "" {
 		filename = "<input>"
 	}
@@ -97,20 +112,21 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 			jobDir = filepath.Dir(abs)
 		}
 	}
+	b := newBudget(ctx, opts.EvalTimeout)
 	p := &parser{
 		filename: filename,
 		src:      src,
 		opts:     opts,
+		budget:   b,
 		ectx: &hcl.EvalContext{
-			Functions: functions(base, jobDir, opts.AllowFS),
+			Functions: functions(base, jobDir, opts.AllowFS, b),
 			Variables: map[string]cty.Value{"var": cty.EmptyObjectVal, "local": cty.EmptyObjectVal},
 		},
 		now:    time.Now(),
 		jobDir: jobDir,
 	}
-	if d := hcllimit.Check(src, filename, false); d.HasErrors() {
-		p.addHCL(d, p.fileStart())
-		return nil, p.diags.sorted()
+	if err := CheckSource(src, filename); err != nil {
+		return nil, err
 	}
 	f, hdiags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if hdiags.HasErrors() {
@@ -125,7 +141,13 @@ func Parse(src []byte, filename string, opts ParseOptions) (*Job, error) {
 	if p.checkNumbers(body); len(p.diags) > 0 {
 		return nil, p.diags.sorted()
 	}
+	injectBudget(body)
 	job := p.file(body)
+	if b.err != nil && !b.reported {
+		// A limit reached inside try() or can(), which turned it into a
+		// value: the job is still refused.
+		p.failBudget(p.fileStart())
+	}
 	if len(p.diags) > 0 || job == nil {
 		if len(p.diags) == 0 {
 			p.fail(p.fileStart(), "invalid job", "")
@@ -143,6 +165,7 @@ type parser struct {
 	filename string
 	src      []byte
 	opts     ParseOptions
+	budget   *budget
 	diags    Diagnostics
 	warns    Diagnostics
 	ectx     *hcl.EvalContext
@@ -164,6 +187,12 @@ func (p *parser) failAt(pos Pos, summary, detail string) {
 
 func (p *parser) warnAt(pos Pos, summary, detail string) {
 	p.warns = append(p.warns, Diagnostic{File: pos.File, Line: pos.Line, Column: pos.Column, Summary: summary, Detail: detail})
+}
+
+// failBudget reports the limit the budget reached, at r.
+func (p *parser) failBudget(r hcl.Range) {
+	p.budget.reported = true
+	p.fail(r, "evaluation limit reached", strings.TrimPrefix(p.budget.err.Error(), ErrEvalLimit.Error()+": "))
 }
 
 func (p *parser) fileStart() hcl.Range {
@@ -241,10 +270,22 @@ func (p *parser) warn(r hcl.Range, summary, detail string) {
 }
 
 // addHCL keeps HCL's own errors, which are good, with our position format.
+// Once the budget is spent, the first error says which limit was reached
+// and the others, its consequences, are dropped.
 func (p *parser) addHCL(diags hcl.Diagnostics, fallback hcl.Range) {
 	for _, d := range diags {
 		if d.Severity != hcl.DiagError {
 			continue
+		}
+		if p.budget.err != nil {
+			if !p.budget.reported {
+				r := fallback
+				if d.Subject != nil {
+					r = *d.Subject
+				}
+				p.failBudget(r)
+			}
+			return
 		}
 		r := fallback
 		if d.Subject != nil {

@@ -13,6 +13,7 @@ import (
 	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/function"
 
 	"github.com/berth/berth/internal/hcllimit"
 )
@@ -47,6 +48,16 @@ type varCheck struct {
 // fnCtx evaluates what may only use functions: defaults, locals' inputs.
 func (p *parser) fnCtx() *hcl.EvalContext {
 	return &hcl.EvalContext{Functions: p.ectx.Functions}
+}
+
+// literal evaluates a value given outside the job file (-var, -var-file,
+// NOMAD_VAR_): no functions nor variables, but for expressions and
+// templates within the budget.
+func (p *parser) literal(e hcl.Expression) (cty.Value, hcl.Diagnostics) {
+	if n, ok := e.(hclsyntax.Node); ok {
+		injectBudget(n)
+	}
+	return e.Value(&hcl.EvalContext{Functions: map[string]function.Function{budgetFuncName: p.ectx.Functions[budgetFuncName]}})
 }
 
 // variables reads every variable and variables block, assigns values
@@ -252,7 +263,7 @@ func (p *parser) rawValue(v *variable, raw, source string) (cty.Value, bool) {
 	expr, diags := hclsyntax.ParseExpression([]byte(raw), source, hcl.InitialPos)
 	if !diags.HasErrors() {
 		var val cty.Value
-		val, diags = expr.Value(nil)
+		val, diags = p.literal(expr)
 		if !diags.HasErrors() {
 			return val, true
 		}
@@ -365,7 +376,7 @@ func (p *parser) varFile(path string, src []byte, decl map[string]*variable) {
 			p.fail(a.NameRange, fmt.Sprintf("-var-file %s sets %q, which the job file does not declare", path, n), p.declareHint(n, decl))
 			continue
 		}
-		val, diags := a.Expr.Value(nil)
+		val, diags := p.literal(a.Expr)
 		if diags.HasErrors() {
 			p.addHCL(diags, a.Expr.Range())
 			continue
