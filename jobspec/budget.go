@@ -22,11 +22,12 @@ import (
 const (
 	// DefaultEvalTimeout bounds the time one job file's evaluation
 	// (variables, locals, every attribute) may take.
-	DefaultEvalTimeout = 2 * time.Second
+	DefaultEvalTimeout = time.Second
 	// MaxEvalElements bounds the collection elements that functions and
 	// for expressions may produce while one job file is evaluated, in
-	// all (about 150 bytes of memory each).
-	MaxEvalElements = 200_000
+	// all (about 150 bytes of memory each; an iteration of a for
+	// expression counts one and allocates several times that).
+	MaxEvalElements = 100_000
 	// MaxEvalBytes bounds the string bytes functions and templates may
 	// produce while one job file is evaluated, in all.
 	MaxEvalBytes = 16 << 20
@@ -49,9 +50,11 @@ type budget struct {
 	bytes    int64
 	err      error
 	// reported: a diagnostic already says so (later failures are its
-	// consequences and are not reported again).
-	reported bool
-	checks   int
+	// consequences and are not reported again); diagIndex is its index
+	// in the parser's diagnostics.
+	reported  bool
+	diagIndex int
+	checks    int
 }
 
 func newBudget(ctx context.Context, timeout time.Duration) *budget {

@@ -83,11 +83,16 @@ func wrapFunc(name string, f function.Function, b *budget) function.Function {
 		Params:   f.Params(),
 		VarParam: f.VarParam(),
 		Type: func(args []cty.Value) (cty.Type, error) {
-			// The decoders parse their input to know their type: the
-			// checks of that input come first.
-			if postCharged[name] && allKnown(args) {
-				if _, _, err := est(b, args); err != nil {
+			// Some functions do their work already to know their type
+			// (flatten and concat of tuples, the decoders): the estimate
+			// is checked first, and charged when the call runs.
+			if est != nil && allKnown(args) {
+				elems, n, err := est(b, args)
+				if err != nil {
 					return cty.NilType, err
+				}
+				if elems > b.elems || n > b.bytes {
+					return cty.NilType, b.charge(elems, n)
 				}
 			}
 			return f.ReturnTypeForValues(args)

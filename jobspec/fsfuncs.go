@@ -211,6 +211,12 @@ func (r fsRoots) fileSetFunc() function.Function {
 			if real == "" {
 				return cty.SetValEmpty(cty.String), nil
 			}
+			// Without "**", nothing deeper than the pattern's own
+			// segments can match: the walk does not go there.
+			maxDepth := -1
+			if !strings.Contains(pattern, "**") {
+				maxDepth = strings.Count(pattern, "/") + 1
+			}
 			var matches []cty.Value
 			seen := 0
 			err = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
@@ -236,6 +242,9 @@ func (r fsRoots) fileSetFunc() function.Function {
 					return nil
 				}
 				rel = filepath.ToSlash(rel)
+				if d.IsDir() && maxDepth >= 0 && strings.Count(rel, "/")+1 >= maxDepth {
+					return filepath.SkipDir
+				}
 				if ok, _ := doublestar.Match(pattern, rel); !ok {
 					return nil
 				}

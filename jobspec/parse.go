@@ -148,6 +148,12 @@ func ParseContext(ctx context.Context, src []byte, filename string, opts ParseOp
 		// value: the job is still refused.
 		p.failBudget(p.fileStart())
 	}
+	if b.reported {
+		// What failed after the limit (a group whose attributes were
+		// not evaluated, a job with no group left) is its consequence.
+		p.diags = p.diags[:b.diagIndex+1]
+		return nil, p.diags.sorted()
+	}
 	if len(p.diags) > 0 || job == nil {
 		if len(p.diags) == 0 {
 			p.fail(p.fileStart(), "invalid job", "")
@@ -191,7 +197,7 @@ func (p *parser) warnAt(pos Pos, summary, detail string) {
 
 // failBudget reports the limit the budget reached, at r.
 func (p *parser) failBudget(r hcl.Range) {
-	p.budget.reported = true
+	p.budget.reported, p.budget.diagIndex = true, len(p.diags)
 	p.fail(r, "evaluation limit reached", strings.TrimPrefix(p.budget.err.Error(), ErrEvalLimit.Error()+": "))
 }
 
