@@ -209,7 +209,7 @@ func TestAPI(t *testing.T) {
 			{"unknown field", "/v1/jobs", strings.NewReader(`{"job_hcl":"x","jobhcl":"y"}`), http.StatusBadRequest, "unknown field"},
 			{"trailing data", "/v1/jobs", strings.NewReader(`{"job_hcl":"x"} {}`), http.StatusBadRequest, "trailing"},
 			{"empty body", "/v1/jobs", strings.NewReader(``), http.StatusBadRequest, "empty"},
-			{"empty job", "/v1/jobs", strings.NewReader(`{"job_hcl":"  "}`), http.StatusBadRequest, "job_hcl is empty"},
+			{"empty job", "/v1/jobs", strings.NewReader(`{"job_hcl":"  "}`), http.StatusBadRequest, "job.nomad.hcl:1:1: the job file holds only white space"},
 			{"bad hcl", "/v1/jobs", strings.NewReader(`{"job_hcl":"job \"x\" {\n  tpye = \"batch\"\n}\n","filename":"x.hcl"}`), http.StatusBadRequest, "x.hcl:2:3: "},
 			// 100,000 levels of nesting overflowed the HCL parser's stack
 			// and killed the agent: refused before parsing, positioned.

@@ -254,10 +254,6 @@ func submitRequest(w http.ResponseWriter, r *http.Request) (api.JobSubmitRequest
 	if !decodeBody(w, r, &req) {
 		return req, false
 	}
-	if strings.TrimSpace(req.JobHCL) == "" {
-		writeError(w, http.StatusBadRequest, "job_hcl is empty: send the job file's text")
-		return req, false
-	}
 	if req.Filename == "" {
 		req.Filename = "job.nomad.hcl"
 	}

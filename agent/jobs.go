@@ -112,9 +112,15 @@ func (jr *jobRun) status() string {
 func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v jobVars) (*jobspec.Job, error) {
 	opts := a.node.ParseOptions(ctx)
 	v.apply(&opts)
-	job, err := jobspec.Parse(src, filename, opts)
+	// The request's context: evaluation stops when the client leaves.
+	job, err := jobspec.ParseContext(ctx, src, filename, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := validName("job ID", job.ID); err != nil {
+		// Positioned at the job block, as the parser's own errors.
+		return nil, jobspec.Diagnostics{{File: job.Pos.File, Line: job.Pos.Line, Column: job.Pos.Column,
+			Summary: strings.TrimPrefix(err.Error(), ErrInvalidName.Error()+": "), Detail: "the agent keeps job IDs usable as file names"}}
 	}
 	var pe *jobspec.PlacementError
 	var ee *runner.ExhaustedError
@@ -392,9 +398,6 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 	if err != nil {
 		return nil, err
 	}
-	if err := validName("job ID", job.ID); err != nil {
-		return nil, err
-	}
 	unlock := a.keys.Lock(job.ID)
 	defer unlock()
 	if a.isDraining() {
@@ -468,9 +471,6 @@ func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
 func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
 	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
-		return nil, err
-	}
-	if err := validName("job ID", job.ID); err != nil {
 		return nil, err
 	}
 	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
