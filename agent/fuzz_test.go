@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/jobspec"
@@ -12,8 +13,10 @@ import (
 
 // FuzzSubmitBody feeds the API's JSON decoding and the job parser behind
 // it (what POST /v1/jobs and /v1/jobs/plan do with a body) arbitrary bytes,
-// seeded with deep nesting: nothing may panic or overflow the stack, and
-// every refusal is a 4xx.
+// seeded with deep nesting and (testdata/fuzz/FuzzSubmitBody) the
+// evaluation bombs of issue 18: nothing may panic, overflow the stack or
+// exhaust memory, and every refusal is a 4xx. The short deadline keeps
+// CI's fixed count of inputs fast.
 func FuzzSubmitBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"job_hcl":"job \"x\" {\n  group \"g\" { task \"t\" { driver = \"raw_exec\" } }\n}\n","filename":"x.hcl"}`,
@@ -34,6 +37,6 @@ func FuzzSubmitBody(f *testing.F) {
 			}
 			return
 		}
-		_, _ = jobspec.Parse([]byte(in.JobHCL), in.Filename, jobspec.ParseOptions{Node: jobspec.LocalNode()})
+		_, _ = jobspec.Parse([]byte(in.JobHCL), in.Filename, jobspec.ParseOptions{Node: jobspec.LocalNode(), EvalTimeout: 100 * time.Millisecond})
 	})
 }

@@ -23,6 +23,11 @@ func (vf *VarFlags) submitRequest(path string) (api.JobSubmitRequest, error) {
 	if err != nil {
 		return api.JobSubmitRequest{}, err
 	}
+	// What JSON cannot carry (invalid UTF-8 becomes U+FFFD) or is not
+	// worth sending is refused here, positioned in the file.
+	if err := jobspec.CheckSource(src, path); err != nil {
+		return api.JobSubmitRequest{}, err
+	}
 	req := api.JobSubmitRequest{JobHCL: string(src), Filename: filepath.Base(path), Vars: vf.Vars}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, jobspec.VarEnvPrefix) {

@@ -26,7 +26,7 @@ func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *V
 	opts := n.ParseOptions(ctx)
 	opts.AllowFS = true
 	vf.apply(&opts)
-	return jobspec.ParseFile(path, opts)
+	return jobspec.ParseFileContext(ctx, path, opts)
 }
 
 // placeJob is parseJob, then a refusal when this node does not meet the

@@ -130,7 +130,11 @@ func FuzzParse(f *testing.F) {
 			f.Add(src)
 		}
 	}
+	// testdata/fuzz/FuzzParse seeds the evaluation bombs of issue 18 too.
+	// A short deadline keeps CI's fixed count of inputs fast: mutations
+	// of a bomb that the size limits let through stop at it.
 	opts := testOptions()
+	opts.EvalTimeout = 100 * time.Millisecond
 	f.Fuzz(func(t *testing.T, src []byte) {
 		job, err := Parse(src, "fuzz.hcl", opts)
 		if err != nil {
