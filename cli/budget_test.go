@@ -24,7 +24,7 @@ func TestEvalBudgetValidate(t *testing.T) {
 	bin := berthBinary.Path(t)
 	dir := t.TempDir()
 	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
-	validate := func(t *testing.T, src string) (stderr string, err error, took time.Duration, maxRSS int64) {
+	validate := func(t *testing.T, src string) (stderr string, took time.Duration, maxRSS int64, err error) {
 		t.Helper()
 		testenv.Must(t, os.WriteFile(filepath.Join(dir, "bomb.hcl"), []byte(src), 0o644))
 		cmd := exec.Command(bin, append([]string{"validate", "bomb.hcl"}, common...)...)
@@ -37,18 +37,18 @@ func TestEvalBudgetValidate(t *testing.T) {
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			maxRSS = ru.Maxrss << 10 // KiB on Linux
 		}
-		return errb.String(), err, took, maxRSS
+		return errb.String(), took, maxRSS, err
 	}
 	ok := jobspectest.WithGroup("job \"fine\" {\n  meta { x = length(range(10)) }\n}\n")
-	if stderr, err, _, _ := validate(t, ok); err != nil {
+	if stderr, _, _, err := validate(t, ok); err != nil {
 		t.Fatalf("valid job: %v: %s", err, stderr)
 	}
-	_, _, _, baseRSS := validate(t, ok)
+	_, _, baseRSS, _ := validate(t, ok)
 	t.Logf("a valid job: max RSS %d MiB", baseRSS>>20)
 
 	for _, tt := range jobspectest.EvalBombs {
 		t.Run(tt.Name, func(t *testing.T) {
-			stderr, err, took, rss := validate(t, jobspectest.WithGroup(tt.Src))
+			stderr, took, rss, err := validate(t, jobspectest.WithGroup(tt.Src))
 			if err == nil {
 				t.Fatalf("accepted; stderr %q", stderr)
 			}
