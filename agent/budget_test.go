@@ -65,12 +65,11 @@ func TestEvalBudgetAgent(t *testing.T) {
 			runtime.ReadMemStats(&after)
 			var er api.ErrorResponse
 			testenv.Must(t, json.Unmarshal([]byte(resp), &er))
-			want := tt.Want
 			if strings.Contains(tt.Src, "file") && strings.Contains(er.Error, "filesystem functions are disabled") {
-				want = "filesystem functions are disabled" // the API's jobs read no file
+				tt.Want = "filesystem functions are disabled" // the API's jobs read no file
 			}
-			if code != http.StatusBadRequest || !strings.Contains(er.Error, "bomb.hcl:"+tt.Pos) || !strings.Contains(er.Error, want) || len(er.Diagnostics) == 0 {
-				t.Errorf("%d %s; want 400 with a diagnostic at bomb.hcl:%s mentioning %q", code, resp, tt.Pos, want)
+			if code != http.StatusBadRequest || !tt.Matches("bomb.hcl", er.Error) || len(er.Diagnostics) == 0 {
+				t.Errorf("%d %s; want 400 with a diagnostic at bomb.hcl:%s mentioning %q", code, resp, tt.Pos, tt.Want)
 			}
 			if took > 2*time.Second {
 				t.Errorf("answered in %s, want < 2s", took)
