@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,45 @@ func TestEvalBudgetFiles(t *testing.T) {
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), "job.hcl:2:") || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("%s: got %v, want a positioned %q", tt.expr, err, tt.want)
 		}
+	}
+}
+
+// TestEvalBudgetVars: values given outside the job file (-var, a
+// -var-file) are evaluated within the budget too, and a JSON var file's
+// strings stay literal.
+func TestEvalBudgetVars(t *testing.T) {
+	nums := make([]string, 1000)
+	for i := range nums {
+		nums[i] = strconv.Itoa(i)
+	}
+	l := "[" + strings.Join(nums, ",") + "]"
+	bomb := "[for a in " + l + " : [for b in " + l + " : [for c in " + l + " : 1]]]"
+	src := jobspectest.WithGroup("variable \"l\" {\n  type = list(any)\n}\nvariable \"s\" {\n  type = string\n  default = \"\"\n}\njob \"x\" {\n  meta { s = var.s }\n}\n")
+	for _, tt := range []struct {
+		name string
+		opts ParseOptions
+		want string
+	}{
+		{"-var", ParseOptions{Vars: []string{"l=" + bomb}}, "evaluation limit reached"},
+		{"hcl var file", ParseOptions{VarFileSources: []VarFile{{Name: "v.hcl", Src: []byte("l = " + bomb + "\n")}}}, "v.hcl:1:"},
+		{"json var file keeps ${}", ParseOptions{VarFileSources: []VarFile{{Name: "v.json", Src: []byte(`{"l": [1], "s": "${x}"}`)}}}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := testOptions()
+			opts.Vars, opts.VarFileSources = tt.opts.Vars, tt.opts.VarFileSources
+			start := time.Now()
+			j, err := Parse([]byte(src), "vars.hcl", opts)
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("took %s", took)
+			}
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatal(err)
+			case tt.want == "" && j.Meta["s"] != "${x}":
+				t.Errorf("meta s = %q, want the literal ${x}", j.Meta["s"])
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "evaluation limit reached")):
+				t.Errorf("got %v, want %q", err, tt.want)
+			}
+		})
 	}
 }

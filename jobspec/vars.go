@@ -54,9 +54,13 @@ func (p *parser) fnCtx() *hcl.EvalContext {
 // NOMAD_VAR_): no functions nor variables, but for expressions and
 // templates within the budget.
 func (p *parser) literal(e hcl.Expression) (cty.Value, hcl.Diagnostics) {
-	if n, ok := e.(hclsyntax.Node); ok {
-		injectBudget(n)
+	n, ok := e.(hclsyntax.Node)
+	if !ok {
+		// JSON: no for expressions, and its strings are templates only
+		// when evaluated with a context.
+		return e.Value(nil)
 	}
+	injectBudget(n)
 	return e.Value(&hcl.EvalContext{Functions: map[string]function.Function{budgetFuncName: p.ectx.Functions[budgetFuncName]}})
 }
 
