@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
+
+	"github.com/berth/berth/internal/hcllimit"
 )
 
 // The evaluation budget of one parse. Job files are small; these bounds
@@ -31,6 +33,12 @@ const (
 	// MaxEvalBytes bounds the string bytes functions and templates may
 	// produce while one job file is evaluated, in all.
 	MaxEvalBytes = 16 << 20
+	// MaxEvalLength bounds one collection's length (hcllimit.MaxItems
+	// for literals): go-cty converts a tuple or an object to a list or
+	// a map (every function argument of a list type, every list field)
+	// in time that grows with the square of its length, and cannot be
+	// interrupted.
+	MaxEvalLength = hcllimit.MaxItems
 )
 
 // ErrEvalLimit is matched (errors.Is) by the error a function returns
@@ -112,10 +120,28 @@ func (b *budget) charge(elems, n int64) error {
 // the budget is spent, so it costs at most what is left.
 func (b *budget) chargeValue(v cty.Value) error {
 	elems, n, ok := b.measure(v, b.elems, b.bytes)
-	if !ok {
+	switch {
+	case b.err != nil:
+		return b.err
+	case !ok:
 		return b.charge(b.elems+1, 0)
 	}
 	return b.charge(elems, n)
+}
+
+// checkLength fails for a collection longer than MaxEvalLength.
+func (b *budget) checkLength(v cty.Value) error {
+	if !v.IsKnown() || v.IsNull() {
+		return nil
+	}
+	t := v.Type()
+	if !t.IsCollectionType() && !t.IsTupleType() && !t.IsObjectType() {
+		return nil
+	}
+	if n := v.LengthInt(); n > MaxEvalLength {
+		return b.fail("a collection of %d elements; one collection holds at most %d (a fixed limit: converting it takes time that grows with the square of its length); keep large data outside the job file", n, MaxEvalLength)
+	}
+	return nil
 }
 
 // measure returns v's elements and string bytes, or ok false as soon as
@@ -136,6 +162,9 @@ func (b *budget) measure(v cty.Value, maxElems, maxBytes int64) (elems, n int64,
 		case t == cty.String:
 			n += int64(len(v.AsString()))
 		case t.IsListType() || t.IsTupleType() || t.IsSetType() || t.IsMapType() || t.IsObjectType():
+			if b.checkLength(v) != nil {
+				return 0, 0, false
+			}
 			elems += int64(v.LengthInt())
 			if elems > maxElems {
 				return 0, 0, false
@@ -157,8 +186,9 @@ func (b *budget) measure(v cty.Value, maxElems, maxBytes int64) (elems, n int64,
 const budgetFuncName = "__berth_budget"
 
 // budgetFunc returns its argument unchanged after charging one element
-// and, for a string, its bytes: it is what a for expression's every
-// iteration and a template's every interpolation call.
+// and, for a string, its bytes, and checking a collection's length: it is
+// what a for expression's every iteration and collection and a
+// template's every interpolation call.
 func (b *budget) budgetFunc() function.Function {
 	return function.New(&function.Spec{
 		Params: []function.Parameter{{
@@ -167,6 +197,9 @@ func (b *budget) budgetFunc() function.Function {
 		}},
 		Type: func(args []cty.Value) (cty.Type, error) { return args[0].Type(), nil },
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if err := b.checkLength(args[0]); err != nil {
+				return cty.NilVal, err
+			}
 			var n int64
 			if v := args[0]; v.IsKnown() && !v.IsNull() && v.Type() == cty.String {
 				n = int64(len(v.AsString()))
@@ -200,6 +233,11 @@ func injectBudget(n hclsyntax.Node) hcl.Diagnostics {
 			}
 			if !isBudgetCall(cond) {
 				e.CondExpr = budgetCall(cond)
+			}
+			// The collection too: what the for expression builds is as
+			// long as what it goes over.
+			if !isBudgetCall(e.CollExpr) {
+				e.CollExpr = budgetCall(e.CollExpr)
 			}
 		case *hclsyntax.TemplateExpr:
 			for i, part := range e.Parts {

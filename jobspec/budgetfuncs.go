@@ -22,6 +22,10 @@ const (
 	// maxParseIntLen: a number beyond float64's range is refused anyway
 	// (checkNumbers), so longer digit strings are only a cost.
 	maxParseIntLen = 1100
+	// maxDistinct bounds distinct's list: go-cty compares each element
+	// with every one kept, in time that grows with the square (900
+	// elements took 0.7 s).
+	maxDistinct = 500
 	// maxRSAKeyLen bounds rsadecrypt's PEM key (8192-bit keys are about
 	// 6.5 KiB): decryption time grows with the cube of the key size.
 	maxRSAKeyLen = 16 << 10
@@ -52,6 +56,7 @@ var estimates = map[string]estimate{
 	"bcrypt":        checkBcrypt,
 	"parseint":      checkParseInt,
 	"rsadecrypt":    checkRSADecrypt,
+	"distinct":      checkDistinct,
 }
 
 // postCharged lists the estimated functions whose result is still
@@ -111,8 +116,15 @@ func wrapFunc(name string, f function.Function, b *budget) function.Function {
 				}
 			}
 			v, err := f.Call(args)
-			if err != nil || !post {
+			if err != nil {
 				return v, err
+			}
+			if !post {
+				// Charged before; the lengths are still checked.
+				if _, _, ok := b.measure(v, math.MaxInt64, math.MaxInt64); !ok {
+					return cty.NilVal, b.check()
+				}
+				return v, nil
 			}
 			if err := b.chargeValue(v); err != nil {
 				return cty.NilVal, err
@@ -389,6 +401,13 @@ func checkBcrypt(_ *budget, args []cty.Value) (int64, int64, error) {
 func checkParseInt(_ *budget, args []cty.Value) (int64, int64, error) {
 	if s := str(args[0]); len(s) > maxParseIntLen {
 		return 0, 0, function.NewArgErrorf(0, "parseint of %d characters; at most %d (a fixed limit: larger numbers do not fit a job)", len(s), maxParseIntLen)
+	}
+	return 0, 0, nil
+}
+
+func checkDistinct(_ *budget, args []cty.Value) (int64, int64, error) {
+	if n := length(args[0]); n > maxDistinct {
+		return 0, 0, function.NewArgErrorf(0, "distinct of %d elements; at most %d (a fixed limit: its time grows with the square of the length)", n, maxDistinct)
 	}
 	return 0, 0, nil
 }

@@ -19,6 +19,11 @@ const (
 	MaxDepth = 256
 	// MaxBytes bounds a file's size.
 	MaxBytes = 4 << 20
+	// MaxItems bounds the items of one list, object, argument list or
+	// block body: go-cty turns a tuple or object into a list or map in
+	// time that grows with the square of its length (sortTypes), so a
+	// literal of 2 million items stalls whatever converts it.
+	MaxItems = 4096
 )
 
 // Check returns an error diagnostic, positioned where the limit is
@@ -44,8 +49,8 @@ func Check(src []byte, filename string, json bool) hcl.Diagnostics {
 // level is one open bracket: what opened it and how many operators the
 // expression being written inside it has so far.
 type level struct {
-	open hclsyntax.TokenType
-	ops  int
+	open       hclsyntax.TokenType
+	ops, items int
 }
 
 // checkTokens counts, at each token, how deep the parse tree is there:
@@ -75,10 +80,18 @@ func checkTokens(toks hclsyntax.Tokens, filename string) hcl.Diagnostics {
 		case hclsyntax.TokenComma:
 			depth -= top.ops
 			top.ops = 0
+			if top.items++; top.items > MaxItems && len(stack) > 1 {
+				return tooMany(filename, t.Range)
+			}
 		case hclsyntax.TokenNewline, hclsyntax.TokenEqual:
 			if top.open == hclsyntax.TokenOBrace {
 				depth -= top.ops
 				top.ops = 0
+				if t.Type == hclsyntax.TokenEqual {
+					if top.items++; top.items > MaxItems && len(stack) > 1 {
+						return tooMany(filename, t.Range)
+					}
+				}
 			}
 		case hclsyntax.TokenBang, hclsyntax.TokenMinus, hclsyntax.TokenPlus, hclsyntax.TokenStar,
 			hclsyntax.TokenSlash, hclsyntax.TokenPercent, hclsyntax.TokenEqualOp, hclsyntax.TokenNotEqual,
@@ -129,6 +142,15 @@ func checkJSON(src []byte, filename string) hcl.Diagnostics {
 		}
 	}
 	return nil
+}
+
+func tooMany(filename string, r hcl.Range) hcl.Diagnostics {
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Too many items",
+		Detail:   fmt.Sprintf("%s has more than %d items in one list, object, argument list or block here; berth refuses such files before parsing them: keep large data outside the job file", filename, MaxItems),
+		Subject:  &r,
+	}}
 }
 
 func tooDeep(filename string, r hcl.Range) hcl.Diagnostics {

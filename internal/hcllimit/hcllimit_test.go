@@ -34,6 +34,10 @@ func TestCheck(t *testing.T) {
 		{"many short expressions", strings.Repeat("x = !true && 1 + 2 * 3 > -4 ? 5 : 6\n", 2000), false, "", 0},
 		{"long list of short expressions", "x = [" + strings.Repeat("-1 + 2, ", 3000) + "]\n", false, "", 0},
 		{"object of short expressions", "x = {\n" + strings.Repeat("  a = !true || false\n", 3000) + "}\n", false, "", 0},
+		{"list of 5000 items", "a = 1\nx = [" + strings.Repeat("1,", 5000) + "]\n", false, "Too many items", 2},
+		{"object of 5000 items", "x = {\n" + strings.Repeat("a = 1\n", 5000) + "}\n", false, "Too many items", 4098},
+		{"list of 4000 items", "x = [" + strings.Repeat("1,", 4000) + "]\n", false, "", 0},
+		{"5000 attributes at the top", strings.Repeat("a = 1\n", 5000), false, "", 0},
 		{"too large", strings.Repeat("#", MaxBytes+1), false, "File too large", 1},
 	}
 	for _, tt := range tests {

@@ -131,6 +131,15 @@ job "x" {
   meta { x = bcrypt("a", 31) }
 }
 `, "2:26", "bcrypt cost 31 is above 12"},
+	{"distinct", `job "x" {
+  meta { x = length(distinct(flatten([for i in range(20) : [for j in range(100) : i * 100 + j]]))) }
+}
+`, "2:30", "distinct of 2000 elements; at most 500"},
+	{"long collection", `job "x" {
+  meta { x = length(sort(flatten([for i in range(120) : [for j in range(120) : "${i * 120 + j}"]]))) }
+}
+`, "2:26", "a collection of 14400 elements; one collection holds at most 4096"},
+	{"long literal", "job \"x\" {\n  meta { x = length(sort([" + strings.Repeat("\"a\",", 5000) + "])) }\n}\n", "2:", "Too many items"},
 	{"unary not chain", "job \"x\" {\n  meta { x = " + strings.Repeat("!", 10000) + "true }\n}\n", "2:", "Nested too deeply"},
 	{"unary minus chain", "job \"x\" {\n  meta { x = " + strings.Repeat("-", 10000) + "1 }\n}\n", "2:", "Nested too deeply"},
 	{"conditional chain", "job \"x\" {\n  meta { x = " + strings.Repeat("true ? 1 : ", 1000) + "1 }\n}\n", "2:", "Nested too deeply"},
