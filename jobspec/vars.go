@@ -264,7 +264,12 @@ func (p *parser) rawValue(v *variable, raw, source string) (cty.Value, bool) {
 	if v.typ.IsPrimitiveType() || v.typ == cty.DynamicPseudoType {
 		return cty.StringVal(raw), true
 	}
-	expr, diags := hclsyntax.ParseExpression([]byte(raw), source, hcl.InitialPos)
+	// The same limits as a file's: the value comes from an API client too.
+	diags := hcllimit.Check([]byte("x = "+raw), source, false)
+	var expr hclsyntax.Expression
+	if !diags.HasErrors() {
+		expr, diags = hclsyntax.ParseExpression([]byte(raw), source, hcl.InitialPos)
+	}
 	if !diags.HasErrors() {
 		var val cty.Value
 		val, diags = p.literal(expr)

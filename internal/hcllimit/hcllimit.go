@@ -109,10 +109,12 @@ func checkTokens(toks hclsyntax.Tokens, filename string) hcl.Diagnostics {
 	return nil
 }
 
-// checkJSON counts brackets and braces outside strings.
+// checkJSON counts brackets and braces, and the items in each, outside
+// strings.
 func checkJSON(src []byte, filename string) hcl.Diagnostics {
 	depth, line, col := 0, 1, 1
 	inString, escaped := false, false
+	items := []int{0}
 	for i, c := range src {
 		switch {
 		case inString && escaped:
@@ -126,6 +128,7 @@ func checkJSON(src []byte, filename string) hcl.Diagnostics {
 			inString = true
 		case c == '[' || c == '{':
 			depth++
+			items = append(items, 0)
 			if depth > MaxDepth {
 				p := hcl.Pos{Line: line, Column: col, Byte: i}
 				return tooDeep(filename, hcl.Range{Filename: filename, Start: p, End: p})
@@ -133,6 +136,12 @@ func checkJSON(src []byte, filename string) hcl.Diagnostics {
 		case c == ']' || c == '}':
 			if depth > 0 {
 				depth--
+				items = items[:len(items)-1]
+			}
+		case c == ',':
+			if items[len(items)-1]++; items[len(items)-1] > MaxItems {
+				p := hcl.Pos{Line: line, Column: col, Byte: i}
+				return tooMany(filename, hcl.Range{Filename: filename, Start: p, End: p})
 			}
 		}
 		if c == '\n' {

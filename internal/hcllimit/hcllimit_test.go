@@ -38,6 +38,8 @@ func TestCheck(t *testing.T) {
 		{"object of 5000 items", "x = {\n" + strings.Repeat("a = 1\n", 5000) + "}\n", false, "Too many items", 4098},
 		{"list of 4000 items", "x = [" + strings.Repeat("1,", 4000) + "]\n", false, "", 0},
 		{"5000 attributes at the top", strings.Repeat("a = 1\n", 5000), false, "", 0},
+		{"json list of 5000 items", `{"a": [` + strings.Repeat("1,", 5000) + `1]}`, true, "Too many items", 1},
+		{"json string with commas", `{"a": "` + strings.Repeat(",", 5000) + `"}`, true, "", 0},
 		{"too large", strings.Repeat("#", MaxBytes+1), false, "File too large", 1},
 	}
 	for _, tt := range tests {
