@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/node"
+)
+
+// This file's tests use the subnets 10.199.212-215.0/24.
+
+// newHarden2Env is newTestEnv on subnet with its bridge network on
+// bridgeSubnet, both of this file's.
+func newHarden2Env(t *testing.T, subnet, bridgeSubnet string) *testEnv {
+	t.Helper()
+	e := newTestEnv(t, subnet)
+	e.cfg.Bridge = &node.Bridge{Network: "btag-br-" + testenv.RandSuffix(6), Iface: "btag" + testenv.RandSuffix(6), Subnet: bridgeSubnet}
+	return e
+}
+
+// Issue 18 item 3: a task that replaces its log by a symlink or a hard
+// link to a root-only file (standing in for /etc/shadow) gets neither the
+// API nor the status page to show it: both read through logfile.OpenLog.
+func TestHarden2PlantedLogRefusedByAPIAndUI(t *testing.T) {
+	t.Parallel()
+	e := newHarden2Env(t, "10.199.212.0/24", "10.199.213.0/24")
+	_, c := e.startAgent(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+
+	secret := "btag-secret-" + testenv.RandSuffix(12)
+	secretPath := filepath.Join(t.TempDir(), "shadow")
+	testenv.Must(t, os.WriteFile(secretPath, []byte("root:"+secret+":19000:0:99999:7:::\n"), 0o600))
+
+	_, err := c.SubmitJob(ctx, []byte(hostJob("btag-planted", "batch", 1, "echo out-line; echo err-line >&2", "")), "planted.hcl")
+	testenv.Must(t, err)
+	t.Cleanup(func() { _, _ = c.StopJob(testenv.Context(t, time.Minute), "btag-planted") })
+	var st *api.JobStatus
+	waitFor(t, "the batch job to finish", time.Minute, func() (bool, error) {
+		st, err = c.Job(ctx, "btag-planted")
+		return err == nil && st.Status == api.JobDead, err
+	})
+	if len(st.Allocations) != 1 {
+		t.Fatalf("job status: %+v", st)
+	}
+	id := st.Allocations[0].ID
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := c.Do(ctx, http.MethodGet, path, nil)
+		testenv.Must(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Before: the log berth wrote is served by both.
+	if code, body := get("/v1/allocation/" + id + "/logs/t"); code != http.StatusOK || body != "out-line\n" {
+		t.Fatalf("the task's own log: %d %q", code, body)
+	}
+	if code, body := get("/ui/alloc/" + id); code != http.StatusOK || !strings.Contains(body, "out-line") {
+		t.Fatalf("the status page without the task's log: %d", code)
+	}
+
+	logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "t.stdout")
+	for _, tc := range []struct {
+		name  string
+		plant func(oldname, newname string) error
+	}{
+		{"symlink", os.Symlink},
+		{"hard link", os.Link},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.Must(t, os.Remove(logPath))
+			testenv.Must(t, tc.plant(secretPath, logPath))
+			for _, q := range []string{"", "?follow=true", "?tail=100", "?lines=1"} {
+				code, body := get("/v1/allocation/" + id + "/logs/t" + q)
+				if code != http.StatusForbidden || strings.Contains(body, secret) {
+					t.Errorf("API logs%s through a planted %s: %d %q, want 403 without the file", q, tc.name, code, body)
+				}
+			}
+			code, body := get("/ui/alloc/" + id)
+			if strings.Contains(body, secret) {
+				t.Errorf("the status page shows the file a planted %s points to", tc.name)
+			}
+			if code != http.StatusOK || !strings.Contains(body, "not shown") || !strings.Contains(body, "err-line") {
+				t.Errorf("status page: %d, want 200 with a notice for stdout and stderr shown:\n%s", code, body)
+			}
+		})
+	}
+}
