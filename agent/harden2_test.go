@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,5 +94,88 @@ func TestHarden2PlantedLogRefusedByAPIAndUI(t *testing.T) {
 				t.Errorf("status page: %d, want 200 with a notice for stdout and stderr shown:\n%s", code, body)
 			}
 		})
+	}
+}
+
+// Issue 18 item 6: the agent's own files (its config, the token file,
+// the TLS files) are read only when each is a regular file itself. A FIFO
+// hung the agent past SIGTERM (open and read block), a symlinked token
+// file was accepted: both are refused at once, naming the file and the
+// setting.
+func TestHarden2AgentFilesRefused(t *testing.T) {
+	dir := t.TempDir()
+	p := newPKI(t, dir, "h2")
+	tokenFile := filepath.Join(dir, "token")
+	testenv.Must(t, os.WriteFile(tokenFile, []byte("0123456789abcdef0123\n"), 0o600))
+	cfgFile := filepath.Join(dir, "agent.hcl")
+	testenv.Must(t, os.WriteFile(cfgFile, []byte("gc_interval = \"1m\"\n"), 0o600))
+	n := 0
+	plant := func(kind, target string) string {
+		n++
+		path := filepath.Join(dir, fmt.Sprintf("planted-%d", n))
+		switch kind {
+		case "fifo":
+			testenv.Must(t, syscall.Mkfifo(path, 0o600))
+		case "symlink":
+			testenv.Must(t, os.Symlink(target, path))
+		case "oversized":
+			testenv.Must(t, os.WriteFile(path, bytes.Repeat([]byte("a"), 2<<20), 0o600))
+		}
+		return path
+	}
+	load := func(path string) error { _, err := LoadConfig(path); return err }
+	check := func(edit func(c *Config)) error {
+		cfg := DefaultConfig()
+		cfg.API.TCPAddress = "127.0.0.1:4646"
+		cfg.API.TLS = &TLSConfig{CertFile: p.serverCert, KeyFile: p.serverKey, CAFile: p.caCert}
+		cfg.API.TokenFile = tokenFile
+		edit(&cfg)
+		_, err := cfg.check()
+		return err
+	}
+	files := []struct {
+		setting string
+		target  string
+		read    func(path string) error
+	}{
+		{"-config", cfgFile, load},
+		{"api.token_file", tokenFile, func(path string) error { return check(func(c *Config) { c.API.TokenFile = path }) }},
+		{"api.tls.key_file", p.serverKey, func(path string) error { return check(func(c *Config) { c.API.TLS.KeyFile = path }) }},
+		{"api.tls.cert_file", p.serverCert, func(path string) error { return check(func(c *Config) { c.API.TLS.CertFile = path }) }},
+		{"api.tls.ca_file", p.caCert, func(path string) error { return check(func(c *Config) { c.API.TLS.CAFile = path }) }},
+	}
+	// The real files pass.
+	testenv.Must(t, load(cfgFile))
+	testenv.Must(t, check(func(*Config) {}))
+	for _, f := range files {
+		for _, tc := range []struct{ kind, want string }{
+			{"fifo", "is not a regular file (it is a FIFO"},
+			{"symlink", "is a symbolic link"},
+			{"oversized", "larger than"},
+		} {
+			if tc.kind == "oversized" && f.setting == "-config" {
+				continue // the parser's own limit names it (TestParseConfigLimits)
+			}
+			t.Run(f.setting+"/"+tc.kind, func(t *testing.T) {
+				path := plant(tc.kind, f.target)
+				errc := make(chan error, 1)
+				go func() { errc <- f.read(path) }()
+				var err error
+				select {
+				case err = <-errc:
+				case <-time.After(30 * time.Second):
+					// A hang, not a speed target: open(2) of a FIFO blocks
+					// until a writer comes. Unblock it so the test ends.
+					if w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+						w.Close()
+					}
+					t.Fatalf("reading a %s as %s hangs", tc.kind, f.setting)
+				}
+				if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) ||
+					(tc.kind != "oversized" && !strings.Contains(err.Error(), f.setting)) {
+					t.Errorf("%s as %s: %v; want an error naming %s, %s and %q", tc.kind, f.setting, err, path, f.setting, tc.want)
+				}
+			})
+		}
 	}
 }
