@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/runner"
+	"github.com/berth/berth/store"
 )
 
 // This file's tests use the subnets 10.199.212-215.0/24.
@@ -176,6 +179,63 @@ func TestHarden2AgentFilesRefused(t *testing.T) {
 					t.Errorf("%s as %s: %v; want an error naming %s, %s and %q", tc.kind, f.setting, err, path, f.setting, tc.want)
 				}
 			})
+		}
+	}
+}
+
+// Issue 18 item 6: a teardown of 1,000 tasks failed once on the agent's
+// own store lock deadline. 200 raw_exec allocations stopped at once, with
+// the API read meanwhile as a status page and a CLI do: every one ends
+// terminal and recorded.
+func TestHarden2StopManyAllocationsAtOnce(t *testing.T) {
+	const n = 200
+	e := newHarden2Env(t, "10.199.215.0/24", "10.199.214.0/24")
+	a, c := e.startAgent(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+	_, err := c.SubmitJob(ctx, []byte(hostJob("btag-many", "service", n, "exec sleep 3600", "resources {\n        cpu    = 10\n        memory = 10\n      }")), "many.hcl")
+	testenv.Must(t, err)
+	t.Cleanup(func() { _, _ = c.StopJob(testenv.Context(t, 3*time.Minute), "btag-many") })
+	waitFor(t, fmt.Sprintf("%d allocations running", n), 3*time.Minute, func() (bool, error) {
+		return countStatus(allocsOf(t, c, "btag-many"), api.AllocRunning) == n, nil
+	})
+
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = c.Allocations(ctx, "btag-many")
+			}
+		}()
+	}
+	resp, err := c.StopJob(ctx, "btag-many")
+	close(stop)
+	readers.Wait()
+	testenv.Must(t, err)
+	if !resp.Stopped || resp.Summary == nil {
+		t.Fatalf("stop: %+v", resp)
+	}
+	if got := resp.Summary.ByStatus[api.AllocComplete]; got != n {
+		t.Errorf("allocations by status %v, want all %d complete; failed: %v", resp.Summary.ByStatus, n, resp.Summary.Failed)
+	}
+	// Retention keeps the newest finished ones; any left unfinished stay.
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: "btag-many"})
+	testenv.Must(t, err)
+	for _, al := range allocs {
+		if !al.Status.Terminal() {
+			t.Errorf("allocation %s recorded %s after the stop", al.ID, al.Status)
+		}
+		for _, ev := range al.Events {
+			if ev.Type == runner.EventNotRecorded {
+				t.Errorf("allocation %s: a write was lost: %s", al.ID, ev.Message)
+			}
 		}
 	}
 }

@@ -77,6 +77,11 @@ client {
   # Allocations being started (network set up) at once; the others wait their turn.
   start_workers = 8
 
+  # A periodic launch is skipped (with a warning) while this many earlier launches
+  # of the job have allocations not started yet: a job that fires faster than the
+  # node starts it does not pile up pending allocations. 0: no bound.
+  max_pending_launches = 3
+
   # The longest kill_timeout a task gets: a stop or drain never waits longer for
   # one task (a job asking more gets this, with a warning at validate).
   max_kill_timeout = "30s"
