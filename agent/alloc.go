@@ -218,9 +218,9 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ
 	// The task can write its allocation dir: what is there by that name
-	// is opened only if it is a regular file of its own, no symlink
-	// followed (a task could plant one to /etc/shadow).
-	f, err := logfile.OpenBeneath(dir, name, os.O_RDONLY, 0)
+	// is opened only as logfile.OpenLog allows (a task could plant a
+	// symlink or a hard link to /etc/shadow).
+	f, err := logfile.OpenLog(dir, name)
 	for follow && errors.Is(err, os.ErrNotExist) && !dead() {
 		// Not written yet: the task is about to start.
 		select {
@@ -228,7 +228,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
-		f, err = logfile.OpenBeneath(dir, name, os.O_RDONLY, 0)
+		f, err = logfile.OpenLog(dir, name)
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -236,7 +236,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if errors.Is(err, logfile.ErrUnsafe) {
-			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not a regular file (replaced by a link?): not served", typ, task, al.ID)
+			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %v", typ, task, al.ID, err)
 			return
 		}
 		writeErr(w, err)

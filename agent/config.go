@@ -81,8 +81,9 @@ type APIConfig struct {
 	// TokenFile holds the token (surrounding white space is ignored);
 	// it wins over Token. It must not be accessible to group or others.
 	TokenFile string `hcl:"token_file,optional" alias:"token-file" help:"file holding the bearer token the TCP API requires (mode 0600 or stricter)"`
-	// TLS serves the TCP API over TLS; required on an address that is not
-	// loopback unless AllowPlaintext.
+	// TLS serves the TCP API over TLS; required unless the address is a
+	// literal loopback IP (a host name, even localhost, is not) or
+	// AllowPlaintext.
 	TLS *TLSConfig `hcl:"tls,block"`
 	// AllowPlaintext lets the TCP API listen on an address other than
 	// loopback without TLS: the token (root on this node) then crosses
@@ -129,7 +130,7 @@ func DefaultConfig() Config {
 // LoadConfig reads an HCL configuration file over the defaults. Unknown
 // settings and wrong types are errors naming file:line:col.
 func LoadConfig(path string) (Config, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path, "-config")
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: read %s: %w", ErrInvalidConfig, path, err)
 	}
@@ -213,7 +214,12 @@ func (cfg *Config) check() (*settings, error) {
 			p.Add("api.tcp_address", "%q: use host:port, e.g. 127.0.0.1:4646", cfg.API.TCPAddress)
 		}
 		s.tls = checkTLS(cfg.API.TLS, &p)
-		if err == nil && s.tls == nil && !isLoopback(host) && !cfg.API.AllowPlaintext {
+		switch {
+		case err != nil || s.tls != nil || isLoopback(host) || cfg.API.AllowPlaintext:
+		case net.ParseIP(host) == nil && host != "":
+			p.Add("api.tcp_address", "%q is not a loopback address but a host name, and the TCP API has no TLS: without TLS only a literal loopback IP is accepted (127.0.0.1:PORT or [::1]:PORT), since what a name resolves to is not the agent's to check; "+
+				"use one, or set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept clear text)", cfg.API.TCPAddress)
+		default:
 			p.Add("api.tcp_address", "%q is not a loopback address and the TCP API has no TLS: the token, which is root on this node, would cross the network in clear text; "+
 				"set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept that)", cfg.API.TCPAddress)
 		}

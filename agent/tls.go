@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -30,17 +29,24 @@ func checkTLS(c *TLSConfig, p *node.Problems) *tls.Config {
 		return nil
 	}
 	n := len(*p)
-	if err := checkPrivate(c.KeyFile, 0o007); err != nil {
+	keyPEM, err := readPrivate(c.KeyFile, "api.tls.key_file", 0o007, maxTLSFileBytes)
+	if err != nil {
 		p.Add("api.tls.key_file", "%v", err)
 	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	certPEM, err := readRegular(c.CertFile, "api.tls.cert_file", maxTLSFileBytes)
 	if err != nil {
-		p.Add("api.tls.cert_file", "cannot load %s with key %s: %v", c.CertFile, c.KeyFile, err)
+		p.Add("api.tls.cert_file", "%v", err)
+	}
+	var cert tls.Certificate
+	if len(*p) == n {
+		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			p.Add("api.tls.cert_file", "cannot load %s with key %s: %v", c.CertFile, c.KeyFile, err)
+		}
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	switch {
 	case c.CAFile != "":
-		pem, err := os.ReadFile(c.CAFile)
+		pem, err := readRegular(c.CAFile, "api.tls.ca_file", maxTLSFileBytes)
 		if err != nil {
 			p.Add("api.tls.ca_file", "%v", err)
 			break
@@ -65,41 +71,40 @@ func checkTLS(c *TLSConfig, p *node.Problems) *tls.Config {
 }
 
 // isLoopback reports whether a listen host only reaches this machine: a
-// loopback IP or "localhost". An empty host or 0.0.0.0 listens on every
-// address, and any other name may resolve to a public one.
+// literal loopback IP. A host name is not, not even "localhost": what it
+// resolves to is up to /etc/hosts and the resolver, not this check. An
+// empty host or 0.0.0.0 listens on every address.
 func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
 
-// maxSecretBytes bounds a token file.
-const maxSecretBytes = 64 << 10
+// Bounds of the files the agent reads: a token is a line, a PEM file a
+// few certificates.
+const (
+	maxSecretBytes  = 64 << 10
+	maxTLSFileBytes = 1 << 20
+)
 
 // readSecret reads a token file that only its owner (this process's user)
 // may read or write: anyone else who can read the token is root on this
 // node through the API.
 func readSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if err := checkPrivateFile(f, path, 0o077); err != nil {
-		return nil, err
-	}
-	return io.ReadAll(io.LimitReader(f, maxSecretBytes))
+	return readPrivate(path, "api.token_file", 0o077, maxSecretBytes)
 }
 
-func checkPrivate(path string, forbidden os.FileMode) error {
-	f, err := os.Open(path)
+// readPrivate reads a file of setting that must grant none of forbidden
+// (checkPrivateFile), opened as openRegular opens, of at most max bytes.
+func readPrivate(path, setting string, forbidden os.FileMode, max int64) ([]byte, error) {
+	f, err := openRegular(path, setting)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
-	return checkPrivateFile(f, path, forbidden)
+	if err := checkPrivateFile(f, path, forbidden); err != nil {
+		return nil, err
+	}
+	return readBounded(f, setting, max)
 }
 
 // checkPrivateFile refuses a file whose mode grants any of forbidden, or

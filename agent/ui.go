@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/attach"
+	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/ui"
 )
@@ -60,7 +60,8 @@ func (s uiSource) Namespaces(ctx context.Context) ([]api.NetnsEntry, error) {
 
 // LogTail reads the end of <data_dir>/alloc/<id>/<task>.<stream>, as GET
 // /v1/allocation/{id}/logs/{task} serves it: the task must be one of the
-// allocation's, so nothing from the request reaches the path unchecked.
+// allocation's, so nothing from the request reaches the path unchecked,
+// and the file is opened by logfile.OpenLog, as the API's.
 func (s uiSource) LogTail(ctx context.Context, allocID, task, stream string, max int64) ([]byte, error) {
 	if stream != "stdout" && stream != "stderr" {
 		return nil, fmt.Errorf("log stream %q: use stdout or stderr", stream)
@@ -76,17 +77,16 @@ func (s uiSource) LogTail(ctx context.Context, allocID, task, stream string, max
 	if !known {
 		return nil, fmt.Errorf("allocation %s has no task %q: %w", al.ID, task, ui.ErrNotFound)
 	}
-	f, err := os.Open(filepath.Join(s.a.node.Config.AllocDir(), al.ID, task+"."+stream))
+	name := task + "." + stream
+	b, err := logfile.ReadTail(filepath.Join(s.a.node.Config.AllocDir(), al.ID), name, max)
+	if errors.Is(err, logfile.ErrUnsafe) {
+		// The page says so instead of showing it: the API answers 403.
+		return nil, fmt.Errorf("the %s log of task %s is not the file berth's log writer made (a link, or another owner's): not shown", stream, task)
+	}
 	if err != nil {
 		return nil, uiErr(err)
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		if _, err := f.Seek(fi.Size()-max, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Name(), err)
-		}
-	}
-	return io.ReadAll(io.LimitReader(f, max))
+	return b, nil
 }
 
 // uiErr marks what the API answers 404 (or 400 for a malformed ID) as

@@ -286,7 +286,8 @@ type JobSummary struct {
 	Job      string `json:"job"`
 	Launches int    `json:"launches"`
 	// Skipped counts periodic launches skipped because the previous one
-	// still ran (prohibit_overlap).
+	// still ran (prohibit_overlap), or earlier ones still waited to be
+	// admitted or started (client.max_pending_launches).
 	Skipped  int            `json:"skipped_overlapping"`
 	ByStatus map[string]int `json:"allocations_by_status"`
 	// Network setup (namespace and CNI ADD) and teardown (CNI DEL and

@@ -32,6 +32,11 @@ type Client struct {
 	// of a start, and a burst of starts must not become a burst of
 	// processes.
 	StartWorkers int `hcl:"start_workers,optional" help:"allocations being started (network and tasks set up) at once"`
+	// MaxPendingLaunches bounds, per periodic job, the launches whose
+	// allocations have not all started: a launch that finds that many is
+	// skipped and says so, so that a job firing faster than the node
+	// starts it cannot pile up pending allocations. 0: no bound.
+	MaxPendingLaunches int `hcl:"max_pending_launches,optional" help:"a periodic launch is skipped while this many earlier launches of the job have not started (0: no bound)"`
 	// MaxKillTimeout caps a task's kill_timeout, as Nomad's client
 	// setting: a stop or a drain never waits longer for one task.
 	MaxKillTimeout string `hcl:"max_kill_timeout,optional" help:"longest kill_timeout a task gets (a job asking more gets this, with a warning)"`
@@ -48,17 +53,21 @@ type Reserved struct {
 
 // Client defaults.
 const (
-	DefaultMaxAllocs      = 1000
-	DefaultStartWorkers   = 8
-	DefaultMaxKillTimeout = 30 * time.Second
+	DefaultMaxAllocs    = 1000
+	DefaultStartWorkers = 8
+	// DefaultMaxPendingLaunches lets a periodic job's starts run up to
+	// three periods late before launches are skipped.
+	DefaultMaxPendingLaunches = 3
+	DefaultMaxKillTimeout     = 30 * time.Second
 )
 
 func defaultClient() *Client {
 	return &Client{
-		MaxAllocs:      DefaultMaxAllocs,
-		StartWorkers:   DefaultStartWorkers,
-		MaxKillTimeout: DefaultMaxKillTimeout.String(),
-		Reserved:       &Reserved{},
+		MaxAllocs:          DefaultMaxAllocs,
+		StartWorkers:       DefaultStartWorkers,
+		MaxPendingLaunches: DefaultMaxPendingLaunches,
+		MaxKillTimeout:     DefaultMaxKillTimeout.String(),
+		Reserved:           &Reserved{},
 	}
 }
 
@@ -90,6 +99,9 @@ func (c *Config) checkClient(p *Problems) {
 	}
 	if cl.StartWorkers < 1 {
 		p.Add("client.start_workers", "%d: use at least 1", cl.StartWorkers)
+	}
+	if cl.MaxPendingLaunches < 0 {
+		p.Add("client.max_pending_launches", "%d: use 0 (no bound) or more", cl.MaxPendingLaunches)
 	}
 	if d, err := time.ParseDuration(cl.MaxKillTimeout); err != nil || d <= 0 {
 		p.Add("client.max_kill_timeout", "%q: use a positive duration such as \"30s\"", cl.MaxKillTimeout)

@@ -25,7 +25,7 @@ func TestSettingNames(t *testing.T) {
 		"podman_socket=podman-socket", "log_level=log-level", "log_format=log-format",
 		"bridge.network=bridge-network", "bridge.iface=bridge-iface", "bridge.subnet=bridge-subnet",
 		"client.cpu_total_compute=client-cpu-total-compute", "client.memory_total_mb=client-memory-total-mb",
-		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers",
+		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers", "client.max_pending_launches=client-max-pending-launches",
 		"client.max_kill_timeout=client-max-kill-timeout",
 		"client.reserved.cpu=client-reserved-cpu", "client.reserved.memory=client-reserved-memory",
 		"tasks.raw_exec_enabled=tasks-raw-exec-enabled", "tasks.user_denylist=tasks-user-denylist",
@@ -75,6 +75,7 @@ func TestValidate(t *testing.T) {
 		{"negative reserve", func(c *Config) { c.Client.Reserved.MemoryMB = -1 }, []string{"client.reserved.memory (--client-reserved-memory) -1 must not be negative"}},
 		{"no allocations", func(c *Config) { c.Client.MaxAllocs = 0 }, []string{"client.max_allocs (--client-max-allocs)"}},
 		{"no start workers", func(c *Config) { c.Client.StartWorkers = 0 }, []string{"client.start_workers"}},
+		{"negative pending launches", func(c *Config) { c.Client.MaxPendingLaunches = -1 }, []string{"client.max_pending_launches"}},
 		{"bad max kill timeout", func(c *Config) { c.Client.MaxKillTimeout = "forever" }, []string{"client.max_kill_timeout", `"forever"`}},
 	}
 	for _, tc := range cases {

@@ -223,21 +223,22 @@ func (n *Node) AgentRunner() *runner.Runner {
 func (n *Node) runnerOptions() runner.Options {
 	capa := n.Capacity
 	return runner.Options{
-		Attach:         n.Attach,
-		Store:          n.Store,
-		Drivers:        n.Drivers,
-		AllocDir:       n.Config.AllocDir(),
-		Bridge:         n.Config.RunnerBridge(),
-		Node:           n.Attrs,
-		Logger:         n.Log,
-		Metrics:        n.o.Metrics,
-		Services:       n.Services,
-		Checks:         n.Checks,
-		OwnerPID:       n.OwnerPID,
-		OwnerStartTime: n.OwnerStartTime,
-		Capacity:       &capa,
-		StartWorkers:   n.Config.Client.StartWorkers,
-		MaxKillTimeout: n.Config.MaxKillTimeout(),
+		Attach:             n.Attach,
+		Store:              n.Store,
+		Drivers:            n.Drivers,
+		AllocDir:           n.Config.AllocDir(),
+		Bridge:             n.Config.RunnerBridge(),
+		Node:               n.Attrs,
+		Logger:             n.Log,
+		Metrics:            n.o.Metrics,
+		Services:           n.Services,
+		Checks:             n.Checks,
+		OwnerPID:           n.OwnerPID,
+		OwnerStartTime:     n.OwnerStartTime,
+		Capacity:           &capa,
+		StartWorkers:       n.Config.Client.StartWorkers,
+		MaxPendingLaunches: n.Config.Client.MaxPendingLaunches,
+		MaxKillTimeout:     n.Config.MaxKillTimeout(),
 	}
 }
 

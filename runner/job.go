@@ -167,6 +167,9 @@ type jobRun struct {
 	adopted        map[slot]bool
 	adoptedRunning *atomic.Int64
 	launched       bool // launch has run (owned by the launching goroutine)
+	// pending counts the launches some allocation of which has not
+	// started yet (MaxPendingLaunches).
+	pending atomic.Int64
 
 	mu                    sync.Mutex // guards what follows
 	sum                   *Summary
@@ -239,6 +242,16 @@ func (jr *jobRun) adopt() {
 // zero when all of them have finished.
 func (jr *jobRun) launch() *atomic.Int64 {
 	running := new(atomic.Int64)
+	// unstarted counts this launch's allocations that have not started
+	// (nor ended before starting); the launch is pending until it is 0.
+	unstarted := new(atomic.Int64)
+	unstarted.Add(1) // until every allocation is counted
+	jr.pending.Add(1)
+	startedOne := func() {
+		if unstarted.Add(-1) == 0 {
+			jr.pending.Add(-1)
+		}
+	}
 	for _, g := range jr.job.Groups {
 		for i := 0; i < g.Count; i++ {
 			if !jr.launched && jr.job.Periodic == nil && jr.adopted[slot{g.Name, i}] {
@@ -246,13 +259,25 @@ func (jr *jobRun) launch() *atomic.Int64 {
 			}
 			jr.wg.Add(1)
 			running.Add(1)
+			unstarted.Add(1)
+			var once sync.Once
+			started := func(al *store.Allocation) {
+				once.Do(startedOne)
+				if jr.o.OnStart != nil {
+					jr.o.OnStart(al)
+				}
+			}
 			go func() {
 				defer jr.wg.Done()
 				defer running.Add(-1)
-				jr.runSlot(g, i, func() (*store.Allocation, bool) { return jr.r.runAlloc(jr.ctx, jr.job, g, i, jr.o.OnStart, "") })
+				jr.runSlot(g, i, func() (*store.Allocation, bool) {
+					defer once.Do(startedOne) // ended before it started
+					return jr.r.runAlloc(jr.ctx, jr.job, g, i, started, "")
+				})
 			}()
 		}
 	}
+	startedOne()
 	jr.launched = true
 	jr.mu.Lock()
 	jr.sum.Launches++
@@ -311,6 +336,15 @@ func (jr *jobRun) periodic(sctx context.Context) {
 			// Launches of a job that outlive its period would otherwise
 			// pile up in the queue without bound.
 			r.log.Warn("periodic launch skipped: allocations of the previous launch still wait for resources", "job", job.ID, "at", next)
+			jr.skipped()
+			continue
+		}
+		if max := r.o.MaxPendingLaunches; max > 0 && jr.pending.Load() >= int64(max) {
+			// Starts slower than the schedule (a loaded node, slow
+			// plugins): launching more would only pile up allocations
+			// that wait to start.
+			r.log.Warn("periodic launch skipped: earlier launches have not started yet (client.max_pending_launches)",
+				"job", job.ID, "at", next, "pending_launches", jr.pending.Load(), "max_pending_launches", max)
 			jr.skipped()
 			continue
 		}

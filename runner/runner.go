@@ -61,6 +61,10 @@ type Options struct {
 	// StartWorkers bounds the allocations being started (admitted, network
 	// being set up) at once; 0 means no bound.
 	StartWorkers int
+	// MaxPendingLaunches skips a periodic launch while that many earlier
+	// launches of the job have allocations not started yet; 0 means no
+	// bound.
+	MaxPendingLaunches int
 	// MaxKillTimeout caps a task's kill_timeout; 0 means no cap.
 	MaxKillTimeout time.Duration
 	// Agent marks the allocations as an agent's: the next agent on the

@@ -20,6 +20,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/berth/berth/internal/flock"
 )
@@ -140,6 +141,15 @@ type Store struct {
 	onPrune   func([]string)
 	timeout   time.Duration
 	log       *slog.Logger
+	// gate orders this process's transactions before they take the file
+	// lock: shared for a read (weight 1), whole for a write. flock(2)
+	// gives a waiting writer no precedence, and the writer polls, so
+	// readers of this process overlapping without pause (hundreds of
+	// allocations tearing down at once) kept the shared lock held until
+	// the writer's deadline passed. The semaphore is FIFO: a waiting
+	// writer holds back the readers that come after it, and goes once
+	// those before it are done.
+	gate *semaphore.Weighted
 
 	closeOnce sync.Once
 	// warned holds the damaged records already logged.
@@ -160,6 +170,10 @@ type writeOp struct {
 	fn   func(*bolt.Tx) error
 	done chan error
 }
+
+// gateSize is the weight of a write in Store.gate: more than readers
+// ever are at once.
+const gateSize = 1 << 30
 
 // maxGroup bounds how many writes share one transaction.
 const maxGroup = 256
@@ -251,7 +265,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dataDir, path: filepath.Join(dataDir, DBFile), txLock: filepath.Join(dataDir, TxLockFile),
-		users: users, retention: opts.Retention, onPrune: opts.OnPrune, timeout: opts.Timeout, log: opts.Logger,
+		users: users, retention: opts.Retention, onPrune: opts.OnPrune, timeout: opts.Timeout, log: opts.Logger, gate: semaphore.NewWeighted(gateSize),
 		ops: make(chan writeOp, maxGroup), loopDone: make(chan struct{}),
 	}
 	if err := s.initialize(ctx); err != nil {
@@ -330,6 +344,14 @@ func (s *Store) withDB(ctx context.Context, write bool, fn func(*bolt.DB) error)
 	}
 	lctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	weight := int64(1)
+	if write {
+		weight = gateSize
+	}
+	if err := s.gate.Acquire(lctx, weight); err != nil {
+		return fmt.Errorf("store %s: wait for this process's other transactions: %w", s.path, err)
+	}
+	defer s.gate.Release(weight)
 	l, err := flock.Acquire(lctx, s.txLock, flock.Options{Exclusive: write})
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.path, err)

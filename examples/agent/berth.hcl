@@ -77,6 +77,11 @@ client {
   # Allocations being started (network set up) at once; the others wait their turn.
   start_workers = 8
 
+  # A periodic launch is skipped (with a warning) while this many earlier launches
+  # of the job have allocations not started yet: a job that fires faster than the
+  # node starts it does not pile up pending allocations. 0: no bound.
+  max_pending_launches = 3
+
   # The longest kill_timeout a task gets: a stop or drain never waits longer for
   # one task (a job asking more gets this, with a warning at validate).
   max_kill_timeout = "30s"
@@ -104,12 +109,15 @@ api {
   # "Authorization: Bearer <token>"; the agent refuses to start a TCP listener
   # without a token (at least 16 characters). token_file wins over token and must
   # be readable by its owner only (chmod 600): the token is root on this node.
+  # The agent reads this file, the TLS files and its own config only if each is
+  # a regular file itself (no symlink, no FIFO).
   # /metrics is served there too (examples/prometheus/prometheus.yml scrapes it).
   # tcp_address = "127.0.0.1:4646"
   # token       = "change-me-to-a-long-random-string"
   # token_file  = "/etc/berth/token"
 
-  # An address that is not loopback needs TLS, unless allow_plaintext says the
+  # An address that is not a literal loopback IP (127.0.0.1, [::1]; a host
+  # name, even localhost, is not) needs TLS, unless allow_plaintext says the
   # token may cross the network in clear text.
   # allow_plaintext = false
 

@@ -81,7 +81,7 @@ type FollowOptions struct {
 	Flush func()
 }
 
-// Follow copies f, the log dir/name opened by OpenBeneath, from its
+// Follow copies f, the log dir/name opened by OpenLog, from its
 // current offset to w, then what is appended to it, following the
 // Rotator's rotation: when dir/name is a new file, the rest of the old
 // one is copied, then the new one from its start. It returns nil once
@@ -159,7 +159,7 @@ func rotated(dir, name string, f *os.File) *os.File {
 		return nil
 	}
 	same := func(n string) (*os.File, bool) {
-		nf, err := OpenBeneath(dir, n, os.O_RDONLY, 0)
+		nf, err := OpenLog(dir, n)
 		if err != nil {
 			return nil, false
 		}

@@ -6,7 +6,8 @@
 // berth runs as root, so following any of them would hand the task (or an
 // API client) a file it must not have. OpenBeneath opens only a regular
 // file with one link, directly in the given directory, following no
-// symlink on the way.
+// symlink on the way; OpenLog, the one way task logs are read (API,
+// follow, status page), also requires the log writer's owner.
 package logfile
 
 import (
