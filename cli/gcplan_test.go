@@ -1,0 +1,252 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/gc"
+	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/netns"
+	"github.com/berth/berth/nomad/nomadtest"
+)
+
+// berthRun runs the berth binary with extra environment; code is its
+// exit status (-1 when killed).
+func berthRun(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.CommandContext(testenv.Context(t, 3*time.Minute), berthBinary.Path(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("berth %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// rowKey is a row without its outcome and wording: what it acts on.
+func rowKey(r gc.Row) string {
+	return strings.Join([]string{r.Kind, r.ID, r.Network, r.Path}, "|")
+}
+
+// gcJSON runs `berth gc --json` with args and decodes the report.
+func gcJSON(t *testing.T, args ...string) *gc.Report {
+	t.Helper()
+	out, errs, code := berthRun(t, nil, append([]string{"gc", "--json"}, args...)...)
+	var rep gc.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("gc %v (exit %d): not a report: %v\n%s\n%s", args, code, err, out, errs)
+	}
+	if code != 0 {
+		t.Errorf("gc %v: exit %d\n%s", args, code, errs)
+	}
+	return &rep
+}
+
+// checkPlanDone runs gc --dry-run and gc (both --json, then the same as
+// text) and checks that the plan's rows are the real run's, each done, and
+// that the summaries count those rows. want are kinds the plan must have.
+func checkPlanDone(t *testing.T, args []string, want ...string) (plan, done *gc.Report) {
+	t.Helper()
+	plan = gcJSON(t, append([]string{"--dry-run"}, args...)...)
+	text, _, _ := berthRun(t, nil, append([]string{"gc", "--dry-run"}, args...)...)
+	done = gcJSON(t, args...)
+	t.Logf("plan:\n%s", text)
+
+	var planKeys, doneKeys []string
+	kinds := map[string]bool{}
+	for _, r := range plan.Rows {
+		if r.State == gc.StateKept {
+			continue
+		}
+		planKeys = append(planKeys, rowKey(r))
+		kinds[r.Kind] = true
+		if r.State != gc.StatePlanned {
+			t.Errorf("plan row in state %q: %+v", r.State, r)
+		}
+		if !strings.Contains(text, r.Kind) || (r.ID != "" && !strings.Contains(text, r.ID)) {
+			t.Errorf("the dry run's text lacks row %s:\n%s", rowKey(r), text)
+		}
+	}
+	for _, r := range done.Rows {
+		if r.State == gc.StateKept {
+			continue
+		}
+		doneKeys = append(doneKeys, rowKey(r))
+		if r.State != gc.StateReclaimed {
+			t.Errorf("row not done: %+v", r)
+		}
+	}
+	if strings.Join(planKeys, "\n") != strings.Join(doneKeys, "\n") {
+		t.Errorf("plan rows:\n%s\nare not the done rows:\n%s", strings.Join(planKeys, "\n"), strings.Join(doneKeys, "\n"))
+	}
+	for _, k := range want {
+		if !kinds[k] {
+			t.Errorf("plan has no %s row: %v", k, planKeys)
+		}
+	}
+	counts := func(rep *gc.Report) gc.Counts {
+		var c gc.Counts
+		for _, r := range rep.Rows {
+			if r.Kind == gc.KindCNIGC && r.State != gc.StateFailed {
+				c.GCSent++
+				continue
+			}
+			switch r.State {
+			case gc.StateKept:
+				c.Kept++
+			case gc.StateReclaimed:
+				c.Found++
+				c.Reclaimed++
+			case gc.StatePlanned:
+				c.Found++
+			case gc.StateFailed:
+				c.Errors++
+			}
+		}
+		return c
+	}
+	if c := counts(plan); c != plan.Counts || c.Found+c.GCSent != len(planKeys) {
+		t.Errorf("plan counts %+v, its rows say %+v", plan.Counts, c)
+	}
+	if c := counts(done); c != done.Counts || c.Reclaimed+c.GCSent != len(doneKeys) || c.Errors != 0 {
+		t.Errorf("run counts %+v, its rows say %+v", done.Counts, c)
+	}
+	if plan.Counts.Found != done.Counts.Reclaimed || plan.Counts.GCSent != done.Counts.GCSent {
+		t.Errorf("plan found %d, the run reclaimed %d", plan.Counts.Found, done.Counts.Reclaimed)
+	}
+	return plan, done
+}
+
+// After `net up` and `net down` the network keeps its bridge, host-local
+// dir and the shared chains: the dry run plans their removal, the real
+// run does exactly that and counts it, and then there is nothing left.
+func TestReportGCPlanIdleNetwork(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "firewall")
+	n := testenv.NewNetwork(t, testenv.NetworkSpec{Subnet: "10.199.236.0/24", Firewall: true})
+	args := []string{"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", n.ConfDir, "--cni-path", testenv.ReferencePlugins}
+	id := "treport-idle-" + testenv.RandSuffix(6)
+	if out, errs, code := berthRun(t, nil, append([]string{"net", "up", id, "--network", n.Name}, args...)...); code != 0 {
+		t.Fatalf("net up: exit %d\n%s%s", code, out, errs)
+	}
+	if out, errs, code := berthRun(t, nil, append([]string{"net", "down", id}, args...)...); code != 0 {
+		t.Fatalf("net down: exit %d\n%s%s", code, out, errs)
+	}
+	_, done := checkPlanDone(t, args, gc.KindBridge, gc.KindLease, gc.KindIptables)
+	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
+		t.Errorf("bridge %s is still there after: %+v", n.Bridge, done.Rows)
+	}
+	out, _, _ := berthRun(t, nil, append([]string{"gc"}, args...)...)
+	if !strings.HasPrefix(out, "nothing to reclaim") {
+		t.Errorf("a second gc found more:\n%s", out)
+	}
+}
+
+// A berth killed right after its CNI ADD leaves a namespace, a veth, a
+// lease, rules and a record: the plan lists their teardown and the tidy
+// that follows, and the real run does the same rows.
+func TestReportGCPlanCrashLeftovers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "firewall")
+	n := testenv.NewNetwork(t, testenv.NetworkSpec{Subnet: "10.199.237.0/24", Firewall: true})
+	args := []string{"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", n.ConfDir, "--cni-path", testenv.ReferencePlugins}
+	id := "treport-crash-" + testenv.RandSuffix(6)
+	t.Cleanup(func() {
+		// Only if the test failed before gc removed it.
+		_, _, _ = berthRun(t, nil, append([]string{"net", "down", id}, args...)...)
+	})
+	_, errs, code := berthRun(t, []string{fault.Env + "=" + fault.AfterAdd}, append([]string{"net", "up", id, "--network", n.Name}, args...)...)
+	if code != -1 {
+		t.Fatalf("net up with %s=%s was not killed: exit %d\n%s", fault.Env, fault.AfterAdd, code, errs)
+	}
+	if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id)); !ok {
+		t.Fatalf("the crashed berth left no namespace %s", id)
+	}
+	plan, _ := checkPlanDone(t, args, gc.KindAttachment, gc.KindBridge, gc.KindLease, gc.KindIptables)
+	if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id)); ok {
+		t.Errorf("namespace %s is still there; plan was %+v", id, plan.Rows)
+	}
+}
+
+// With --nomad the rows are Nomad's leftovers (leaked namespaces of a
+// periodic job): plan rows = done rows = counts.
+func TestReportGCPlanNomad(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
+	name := "btrep-" + testenv.RandSuffix(5)
+	a := nomadtest.Start(t, nomadtest.Options{Networks: map[string][]byte{name: nomadtest.Conflist(name, "btrepb"+testenv.RandSuffix(4), "10.199.238.0/24")},
+		BridgeSubnet: "10.199.239.0/24"})
+	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+name))
+	deadline := time.Now().Add(90 * time.Second)
+	for len(a.NewNamespaces()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := a.Nomad("job", "stop", "-detach", "tick"); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		busy := 0
+		for _, al := range a.JobAllocs(t, "tick") {
+			if !al.Terminal() {
+				busy++
+			}
+		}
+		if busy == 0 {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // Nomad's teardown of the last ones
+	leaked := a.NewNamespaces()
+	if len(leaked) == 0 {
+		t.Skip("Nomad leaked no namespace this time")
+	}
+	args := []string{"--nomad", "--nomad-address", a.Addr, "--nomad-grace-period", "24h",
+		"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins}
+	plan, _ := checkPlanDone(t, args, gc.KindNetns)
+	netnsRows := 0
+	for _, r := range plan.Rows {
+		if r.Kind == gc.KindNetns && r.State == gc.StatePlanned {
+			netnsRows++
+		}
+	}
+	if netnsRows != len(leaked) {
+		t.Errorf("plan has %d namespace rows for %d leaked namespaces %v", netnsRows, len(leaked), leaked)
+	}
+	for _, id := range leaked {
+		if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id)); ok {
+			t.Errorf("leaked namespace %s is still there", id)
+		}
+	}
+}
+
+// The progress line of a long gc: done of planned and the current item.
+func TestReportGCProgressText(t *testing.T) {
+	for _, tc := range []struct {
+		p    gc.Progress
+		want string
+	}{
+		{gc.Progress{}, "gc: planning..."},
+		{gc.Progress{Done: 2, Planned: 5, Current: gc.Item{Kind: gc.KindNetns, ID: "a1", Network: "private"}}, "gc: 2 of 5 · netns a1 (private)"},
+		{gc.Progress{Done: 5, Planned: 5}, "gc: 5 of 5"},
+	} {
+		if got := progressText(tc.p); got != tc.want {
+			t.Errorf("progressText(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}
