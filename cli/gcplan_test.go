@@ -192,8 +192,20 @@ func TestReportGCPlanNomad(t *testing.T) {
 	a := nomadtest.Start(t, nomadtest.Options{Networks: map[string][]byte{name: nomadtest.Conflist(name, "btrepb"+testenv.RandSuffix(4), "10.199.238.0/24")},
 		BridgeSubnet: "10.199.239.0/24"})
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+name))
+	// Wait for leaks: terminal allocations whose namespace stayed.
 	deadline := time.Now().Add(90 * time.Second)
-	for len(a.NewNamespaces()) < 3 && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		leaked := 0
+		for _, al := range a.JobAllocs(t, "tick/") {
+			if al.Terminal() {
+				if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok {
+					leaked++
+				}
+			}
+		}
+		if leaked >= 2 {
+			break
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	if _, err := a.Nomad("job", "stop", "-detach", "tick"); err != nil {
@@ -212,7 +224,12 @@ func TestReportGCPlanNomad(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // Nomad's teardown of the last ones
-	leaked := a.NewNamespaces()
+	var leaked []string
+	for _, al := range a.JobAllocs(t, "tick/") {
+		if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok && al.Terminal() {
+			leaked = append(leaked, al.ID)
+		}
+	}
 	if len(leaked) == 0 {
 		t.Skip("Nomad leaked no namespace this time")
 	}

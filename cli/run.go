@@ -237,7 +237,7 @@ func startLine(a *store.Allocation) string {
 func exitCodes(a *store.Allocation) string {
 	var c []string
 	for _, t := range a.Tasks {
-		c = append(c, fmt.Sprint(t.ExitCode))
+		c = append(c, api.ExitText(t.State, t.NotStarted != "", t.ExitCode, 0))
 	}
 	return strings.Join(c, ",")
 }

@@ -381,13 +381,10 @@ var funcs = template.FuncMap{
 	"holder": func(h api.Holder) string { return h.String() },
 	"deref":  func(t *time.Time) time.Time { return derefTime(t) },
 	"exitText": func(t api.TaskState) string {
-		switch {
-		case t.State != "dead":
-			return "–"
-		case t.Signal != 0:
-			return fmt.Sprintf("%d (signal %d)", t.ExitCode, t.Signal)
+		if s := t.Exit(); s != "" {
+			return s
 		}
-		return strconv.Itoa(t.ExitCode)
+		return "–"
 	},
 	"taskState": func(t api.TaskState) string {
 		if t.State == "dead" && t.Failed {
