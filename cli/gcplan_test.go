@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/pty"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/nomad/nomadtest"
+	"github.com/berth/berth/runner"
 )
 
 // berthRun runs the berth binary with extra environment; code is its
@@ -265,5 +268,97 @@ func TestReportGCProgressText(t *testing.T) {
 		if got := progressText(tc.p); got != tc.want {
 			t.Errorf("progressText(%+v) = %q, want %q", tc.p, got, tc.want)
 		}
+	}
+}
+
+// On a terminal, `berth run`'s status line stays at the bottom: log
+// records (here --log-level debug) and allocation lines print above it,
+// never into it, and it names the phase in progress.
+func TestReportRunStatusLine(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "firewall")
+	n := testenv.NewNetwork(t, testenv.NetworkSpec{Subnet: "10.199.239.0/24", Firewall: true})
+	job := filepath.Join(t.TempDir(), "burst.nomad.hcl")
+	testenv.Must(t, os.WriteFile(job, []byte(`job "btrep-burst" {
+  type = "batch"
+  group "g" {
+    count = 3
+    network {
+      mode = "cni/`+n.Name+`"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "sleep 0.5"]
+      }
+    }
+  }
+}`), 0o644))
+	master, slave, err := pty.Open()
+	testenv.Must(t, err)
+	defer master.Close()
+	cmd := exec.CommandContext(testenv.Context(t, 2*time.Minute), berthBinary.Path(t), "run", job, "--log-level", "debug",
+		"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", n.ConfDir, "--cni-path", testenv.ReferencePlugins)
+	cmd.Stdout, cmd.Stderr = slave, slave
+	testenv.Must(t, cmd.Start())
+	slave.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = out.ReadFrom(master); close(copied) }() // EIO once the last writer is gone
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("berth run: %v", err)
+	}
+	<-copied
+	s := strings.ReplaceAll(out.String(), "\r\n", "\n") // the pty's output processing
+	if !strings.Contains(s, "level=DEBUG") {
+		t.Fatalf("no log records in the output:\n%q", s)
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], "time=")
+		if j < 0 {
+			break
+		}
+		at := i + j
+		if !(at == 0 || s[at-1] == '\n' || strings.HasSuffix(s[:at], "\r\033[K")) {
+			start := max(at-80, 0)
+			t.Errorf("a log record is printed into another line: %q", s[start:at+20])
+		}
+		i = at + 1
+	}
+	for _, want := range []string{"setting up", "tearing down", "launches 1"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the status line never said %q:\n%q", want, s)
+		}
+	}
+	if !strings.Contains(s, "leak check: nothing left") {
+		t.Errorf("no summary:\n%s", s)
+	}
+}
+
+// The status line names the phases in progress, and log records written
+// meanwhile land above it.
+func TestReportRunStatusPhases(t *testing.T) {
+	var b bytes.Buffer
+	o := &runOutput{w: &b, live: true, start: time.Now(), started: map[string]bool{}, phases: map[string]string{}}
+	opts := o.options(0, 0)
+	opts.OnPhase("a1", runner.PhaseNetwork)
+	opts.OnPhase("a2", runner.PhaseNetwork)
+	if last := b.String()[strings.LastIndex(b.String(), "\r\033[K")+4:]; !strings.HasPrefix(last, "setting up 2 networks · launches 0 · running 0") {
+		t.Errorf("status line %q", last)
+	}
+	fmt.Fprint(o.logTo(&b), "time=x level=INFO msg=hello\n")
+	if !strings.Contains(b.String(), "\r\033[Ktime=x level=INFO msg=hello\n\r\033[Ksetting up 2 networks") {
+		t.Errorf("log record not above the status line: %q", b.String())
+	}
+	opts.OnPhase("a1", runner.PhaseStarting)
+	opts.OnPhase("a2", runner.PhaseTeardown)
+	if last := b.String()[strings.LastIndex(b.String(), "\r\033[K")+4:]; !strings.HasPrefix(last, "starting 1 · tearing down 1 · launches 0") {
+		t.Errorf("status line %q", last)
+	}
+	opts.OnPhase("a1", runner.PhaseDone)
+	opts.OnPhase("a2", runner.PhaseDone)
+	if last := b.String()[strings.LastIndex(b.String(), "\r\033[K")+4:]; !strings.HasPrefix(last, "launches 0") {
+		t.Errorf("status line %q", last)
 	}
 }

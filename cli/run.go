@@ -191,9 +191,16 @@ dispatched once, with -meta and --payload, and the child job runs.`,
 			g.Reconcile(ctx, n)
 			r := n.Runner()
 			out := newRunOutput(g.stdout, g.JSON)
+			if g.logOut != nil {
+				// Log records print above the status line, never into it.
+				g.logOut.set(out.logTo(g.stderr))
+			}
 			out.watchServices(n.Services)
 			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
 			out.close()
+			if g.logOut != nil {
+				g.logOut.set(g.stderr)
+			}
 			if err != nil {
 				return err
 			}

@@ -348,6 +348,7 @@ func (a *allocRun) run(ctx context.Context) {
 	}
 
 	if netName != "" {
+		a.phase(ctx, PhaseNetwork)
 		// A stop while the plugins run must not kill them half-way: the
 		// setup finishes (bounded by the CNI timeouts), then the tasks are
 		// skipped and the network torn down.
@@ -481,6 +482,8 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 
 // finish tears the network down and records the outcome.
 func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
+	a.phase(ctx, PhaseTeardown)
+	defer a.phase(ctx, PhaseDone)
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
@@ -774,6 +777,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	if a.r.Detached() && ctx.Err() == nil {
 		return nil, errDetached
 	}
+	a.phase(ctx, PhaseStarting)
 	start := time.Now()
 	h, err := drv.Start(ctx, dt)
 	a.timing("task_start", time.Since(start))
@@ -796,6 +800,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 		a.clocked[i] = true
 	})
 	a.save(ctx)
+	a.phase(ctx, PhaseRunning)
 	a.taskStarted(i)
 	a.taskRunning(ctx, i, h)
 	fault.Point(fault.TaskRunning)
