@@ -111,8 +111,8 @@ type Progress struct {
 
 // Report says what a run found and did. Rows are its account, one per
 // item (see Row), and Counts their sums. Found, Reclaimed and Kept are the
-// same items by outcome: Found every item to reclaim (tidying and the GC
-// verb included), Reclaimed those reclaimed (equal values), Kept
+// same items by outcome: Found every item to reclaim (tidying included),
+// Reclaimed those reclaimed (equal values) and the GC verb sent, Kept
 // suspicious things left alone on purpose.
 type Report struct {
 	DryRun bool `json:"dry_run"`
@@ -485,8 +485,7 @@ func (r *run) found(it Item) {
 	if it.Kind != KindNetns || it.Network != "" {
 		r.goes(it.Network, it.ID)
 	}
-	state := StatePlanned
-	r.open[it] = r.row(it, state, "")
+	r.open[it] = r.row(it, StatePlanned, "")
 	r.act(it)
 	msg := "gc found garbage"
 	if r.o.DryRun {
