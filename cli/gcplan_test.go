@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth/berth/evidence"
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/pty"
@@ -195,17 +196,21 @@ func TestReportGCPlanNomad(t *testing.T) {
 	a := nomadtest.Start(t, nomadtest.Options{Networks: map[string][]byte{name: nomadtest.Conflist(name, "btrepb"+testenv.RandSuffix(4), "10.199.238.0/24")},
 		BridgeSubnet: "10.199.239.0/24"})
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+name))
-	// Wait for leaks: terminal allocations whose namespace stayed.
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		leaked := 0
+	// Wait for leaks: terminal allocations whose namespace stayed after
+	// Nomad's CNI DEL (no cache entry left).
+	leakedNow := func() []string {
+		var out []string
 		for _, al := range a.JobAllocs(t, "tick/") {
-			if al.Terminal() {
-				if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok {
-					leaked++
-				}
+			es, _ := evidence.ReadCache(t.Context(), "/var/lib/cni", al.ID)
+			if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok && al.Terminal() && len(es) == 0 {
+				out = append(out, al.ID)
 			}
 		}
+		return out
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		leaked := len(leakedNow())
 		if leaked >= 2 {
 			break
 		}
@@ -227,12 +232,7 @@ func TestReportGCPlanNomad(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // Nomad's teardown of the last ones
-	var leaked []string
-	for _, al := range a.JobAllocs(t, "tick/") {
-		if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok && al.Terminal() {
-			leaked = append(leaked, al.ID)
-		}
-	}
+	leaked := leakedNow()
 	if len(leaked) == 0 {
 		t.Skip("Nomad leaked no namespace this time")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,8 +49,13 @@ func TestReportTaskTimesInOrder(t *testing.T) {
   }
 }`
 	j := e.job(t, src)
+	var mu sync.Mutex
 	var allocs []*store.Allocation
-	sum, err := e.r.RunJob(testenv.Context(t, 3*time.Minute), j, runner.RunOptions{OnAlloc: func(a *store.Allocation) { allocs = append(allocs, a) }})
+	sum, err := e.r.RunJob(testenv.Context(t, 3*time.Minute), j, runner.RunOptions{OnAlloc: func(a *store.Allocation) {
+		mu.Lock()
+		allocs = append(allocs, a)
+		mu.Unlock()
+	}})
 	testenv.Must(t, err)
 	checkClean(t, e, sum)
 	if len(allocs) != 4 {
