@@ -239,14 +239,16 @@ func TestReportGCPlanNomad(t *testing.T) {
 	args := []string{"--nomad", "--nomad-address", a.Addr, "--nomad-grace-period", "24h",
 		"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins}
 	plan, _ := checkPlanDone(t, args, gc.KindNetns)
-	netnsRows := 0
+	planned := map[string]bool{}
 	for _, r := range plan.Rows {
 		if r.Kind == gc.KindNetns && r.State == gc.StatePlanned {
-			netnsRows++
+			planned[r.ID] = true
 		}
 	}
-	if netnsRows != len(leaked) {
-		t.Errorf("plan has %d namespace rows for %d leaked namespaces %v", netnsRows, len(leaked), leaked)
+	for _, id := range leaked {
+		if !planned[id] {
+			t.Errorf("the plan has no row for leaked namespace %s: %+v", id, plan.Rows)
+		}
 	}
 	for _, id := range leaked {
 		if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id)); ok {
