@@ -66,8 +66,20 @@ func gcJSON(t *testing.T, args ...string) *gc.Report {
 // that the summaries count those rows. want are kinds the plan must have.
 func checkPlanDone(t *testing.T, args []string, want ...string) (plan, done *gc.Report) {
 	t.Helper()
+	host := func() string {
+		var b strings.Builder
+		for _, c := range [][]string{{"ip", "-o", "link", "show"}, {"iptables", "-w", "-S"}, {"iptables", "-w", "-t", "nat", "-S"}, {"ls", "/var/lib/cni/networks", "/run/netns"}} {
+			out, _ := exec.Command(c[0], c[1:]...).Output()
+			b.Write(out)
+		}
+		return b.String()
+	}
+	before := host()
 	plan = gcJSON(t, append([]string{"--dry-run"}, args...)...)
 	text, _, _ := berthRun(t, nil, append([]string{"gc", "--dry-run"}, args...)...)
+	if after := host(); after != before {
+		t.Errorf("the dry run changed the host:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
 	done = gcJSON(t, args...)
 	t.Logf("plan:\n%s", text)
 
