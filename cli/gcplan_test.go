@@ -66,11 +66,20 @@ func gcJSON(t *testing.T, args ...string) *gc.Report {
 // that the summaries count those rows. want are kinds the plan must have.
 func checkPlanDone(t *testing.T, args []string, want ...string) (plan, done *gc.Report) {
 	t.Helper()
+	// What the host has: link names (their carrier state settles by
+	// itself), rules, host-local dirs, namespaces.
 	host := func() string {
 		var b strings.Builder
 		for _, c := range [][]string{{"ip", "-o", "link", "show"}, {"iptables", "-w", "-S"}, {"iptables", "-w", "-t", "nat", "-S"}, {"ls", "/var/lib/cni/networks", "/run/netns"}} {
 			out, _ := exec.Command(c[0], c[1:]...).Output()
-			b.Write(out)
+			for _, l := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && c[0] == "ip" {
+					l = f[1]
+				}
+				if l = strings.TrimSpace(l); l != "" {
+					b.WriteString(l + "\n")
+				}
+			}
 		}
 		return b.String()
 	}
