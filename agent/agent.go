@@ -405,7 +405,13 @@ func (a *Agent) printBanner() {
 	}
 	page := "/ui/ on the API socket (a browser reaches it through e.g. ssh -L 4646:" + a.unixAddr + " HOST)"
 	if a.tcpAddr != "" {
-		page = "http://" + a.tcpAddr + "/ui/ (sign in with the API token)"
+		// The scheme the listener speaks: a browser sent to http:// on
+		// a TLS port gets garbage.
+		scheme := "http://"
+		if a.set.tls != nil {
+			scheme = "https://"
+		}
+		page = scheme + a.tcpAddr + "/ui/ (sign in with the API token)"
 	}
 	lines := [][2]string{
 		{"Version", a.version},

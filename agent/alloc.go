@@ -381,8 +381,10 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	res := api.ExecResult{ExitCode: code}
 	if err != nil {
+		// As a shell says: 127 when there is no such command, 126 when
+		// it cannot be run.
 		res.ExitCode, res.Error = 126, err.Error()
-		if strings.Contains(res.Error, "not found") {
+		if errors.Is(err, driver.ErrCommandNotFound) {
 			res.ExitCode = 127
 		}
 		a.log.Warn("exec in allocation failed", "alloc_id", al.ID, "task", task, "err", err)

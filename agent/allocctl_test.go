@@ -300,6 +300,17 @@ func TestAllocCmdExec(t *testing.T) {
 			} else if !api.IsExecError(err) || code != 127 || !strings.Contains(err.Error(), "not found") {
 				t.Errorf("missing command: code %d, err %v; want 127 and a clear error", code, err)
 			}
+			// As a shell says (and podman): 127 for no such file at an
+			// absolute path too, 126 for a file that cannot be executed.
+			for _, tc := range []struct {
+				cmd  string
+				code int
+			}{{"/no/such/command", 127}, {"/etc/passwd", 126}} {
+				out, code, err := runExec(t, c, al.ID, execCase{cmd: []string{tc.cmd}})
+				if code != tc.code || (d.name != "podman" && !api.IsExecError(err)) {
+					t.Errorf("%s: code %d, err %v, output %q; want %d", tc.cmd, code, err, out, tc.code)
+				}
+			}
 			if _, err := c.StopJob(context.Background(), job); err != nil {
 				t.Errorf("stop: %v", err)
 			}

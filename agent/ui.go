@@ -47,7 +47,7 @@ func (s uiSource) Allocation(ctx context.Context, id string) (*api.Allocation, e
 	if err != nil {
 		return nil, uiErr(err)
 	}
-	return wireAlloc(al), nil
+	return s.a.allocWithServices(ctx, al), nil
 }
 
 func (s uiSource) Namespaces(ctx context.Context) ([]api.NetnsEntry, error) {

@@ -27,7 +27,7 @@ func wireAllocStub(a *store.Allocation) api.AllocStub {
 		CreatedAt: a.CreatedAt, ModifiedAt: a.ModifiedAt, Tasks: make([]api.TaskStub, 0, len(a.Tasks)),
 	}
 	for _, t := range a.Tasks {
-		s.Tasks = append(s.Tasks, api.TaskStub{Name: t.Name, State: t.State, Failed: t.Failed, ExitCode: t.ExitCode, Restarts: t.Restarts})
+		s.Tasks = append(s.Tasks, api.TaskStub{Name: t.Name, State: t.State, Failed: t.Failed, ExitCode: t.ExitCode, Restarts: t.Restarts, NotStarted: t.NotStarted})
 	}
 	if n := a.Network; n != nil {
 		s.Network, s.NetnsPath, s.IPv4 = n.Network, n.NetnsPath, slices.Clone(n.IPv4)
@@ -61,7 +61,7 @@ func wireAlloc(a *store.Allocation) *api.Allocation {
 	for _, t := range a.Tasks {
 		ts := api.TaskState{
 			Name: t.Name, Driver: t.Driver, State: t.State, Failed: t.Failed, ExitCode: t.ExitCode,
-			Signal: t.Signal, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+			Signal: t.Signal, Restarts: t.Restarts, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, NotStarted: t.NotStarted,
 		}
 		if h := t.Handle; h != nil {
 			ts.Handle = &api.TaskHandle{

@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -330,7 +331,28 @@ type TaskStub struct {
 	Failed   bool   `json:"failed"`
 	ExitCode int    `json:"exit_code"`
 	Restarts int    `json:"restarts"`
+	// NotStarted says why a dead task never ran (ExitCode is then no
+	// exit status).
+	NotStarted string `json:"not_started,omitempty"`
 }
+
+// ExitText is how an exit status reads in a table: empty while the task
+// has not ended, "not started" for a task that never ran, the code (and
+// the signal) once it exited.
+func ExitText(state string, notStarted bool, code, signal int) string {
+	switch {
+	case state != "dead":
+		return ""
+	case notStarted:
+		return "not started"
+	case signal != 0:
+		return fmt.Sprintf("%d (signal %d)", code, signal)
+	}
+	return strconv.Itoa(code)
+}
+
+// Exit is the task's ExitText.
+func (t TaskStub) Exit() string { return ExitText(t.State, t.NotStarted != "", t.ExitCode, 0) }
 
 // AllocStub is one line of GET /v1/allocations.
 type AllocStub struct {
@@ -395,6 +417,14 @@ type TaskState struct {
 	StartedAt  time.Time   `json:"started_at,omitempty"`
 	FinishedAt time.Time   `json:"finished_at,omitempty"`
 	Handle     *TaskHandle `json:"handle,omitempty"` // set once started
+	// NotStarted says why a dead task never ran (its start failed):
+	// ExitCode is then no exit status.
+	NotStarted string `json:"not_started,omitempty"`
+}
+
+// Exit is the task's ExitText.
+func (t TaskState) Exit() string {
+	return ExitText(t.State, t.NotStarted != "", t.ExitCode, t.Signal)
 }
 
 // TaskHandle is what finds a task's process or container.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -319,7 +320,7 @@ type fakeHost fakes
 
 func (h *fakeHost) f() *fakes { return (*fakes)(h) }
 
-func (h *fakeHost) RemoveBridgeIfUnused(ctx context.Context, name string) (int, error) {
+func (h *fakeHost) RemoveBridgeIfUnused(ctx context.Context, name string, _ hostclean.Plan) (int, error) {
 	f := h.f()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -329,14 +330,14 @@ func (h *fakeHost) RemoveBridgeIfUnused(ctx context.Context, name string) (int, 
 	return f.ports, nil
 }
 
-func (h *fakeHost) RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error) {
+func (h *fakeHost) RemoveHostLocalDirIfEmpty(ctx context.Context, network string, _ hostclean.Plan) (bool, error) {
 	f := h.f()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return true, f.do(ctx, "remove host-local dir "+network)
 }
 
-func (h *fakeHost) TidySharedChains(ctx context.Context) ([]string, error) {
+func (h *fakeHost) TidySharedChains(ctx context.Context, _ hostclean.Plan) ([]string, error) {
 	f := h.f()
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/flock"
 )
 
@@ -101,7 +102,7 @@ func sanitize(s string) string {
 	return string(b)
 }
 
-// TidyReport lists what TidyNetwork removed.
+// TidyReport lists what TidyNetwork removed (in a dry run, would remove).
 type TidyReport struct {
 	Network string   `json:"network"`
 	Skipped string   `json:"skipped,omitempty"`
@@ -114,8 +115,10 @@ type TidyReport struct {
 // design once its last attachment is gone: its bridge, its host-local
 // directory, and the shared firewall/portmap chains when no attachment of
 // any network uses them. It does nothing while berth still has an
-// attachment on the network.
-func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyReport, error) {
+// attachment on the network. A dry run (p.DryRun) changes nothing and
+// reports what a real run would remove once the attachments p names are
+// gone (see hostclean.Plan).
+func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network, p hostclean.Plan) (*TidyReport, error) {
 	rep := &TidyReport{Network: net.Name()}
 	unlock, err := LockNetwork(ctx, m.o.LockDir, net.Name(), true)
 	if err != nil {
@@ -127,16 +130,16 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 		return rep, fmt.Errorf("tidy network %q: %w", net.Name(), err)
 	}
 	for _, r := range recs {
-		if r.Network == net.Name() {
+		if r.Network == net.Name() && !(p.DryRun && p.GoingIDs[r.ID]) {
 			rep.Skipped = "attachment " + r.ID + " still uses it"
 			return rep, nil
 		}
 	}
 	var errs []error
-	for _, p := range net.List.Plugins {
-		errs = append(errs, m.tidyPlugin(ctx, net.Name(), p, rep))
+	for _, pl := range net.List.Plugins {
+		errs = append(errs, m.tidyPlugin(ctx, net.Name(), pl, p, rep))
 	}
-	removed, err := m.TidySharedChains(ctx)
+	removed, err := m.TidySharedChains(ctx, p)
 	rep.Removed = append(rep.Removed, removed...)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -147,7 +150,7 @@ func (m *Manager) TidyNetwork(ctx context.Context, net *cni.Network) (*TidyRepor
 
 // tidyPlugin removes what one plugin of network leaves by design: a
 // bridge plugin's bridge, host-local's directory in its default place.
-func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.PluginConfig, rep *TidyReport) error {
+func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.PluginConfig, plan hostclean.Plan, rep *TidyReport) error {
 	var conf struct {
 		Bridge string `json:"bridge"`
 		IPAM   struct {
@@ -163,7 +166,7 @@ func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.Plug
 		if conf.Bridge == "" {
 			conf.Bridge = "cni0"
 		}
-		ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge)
+		ports, err := m.o.Host.RemoveBridgeIfUnused(ctx, conf.Bridge, plan)
 		errs = append(errs, err)
 		switch {
 		case err != nil:
@@ -174,7 +177,7 @@ func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.Plug
 		}
 	}
 	if conf.IPAM.Type == "host-local" && conf.IPAM.DataDir == "" {
-		ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, network)
+		ok, err := m.o.Host.RemoveHostLocalDirIfEmpty(ctx, network, plan)
 		errs = append(errs, err)
 		if ok {
 			rep.Removed = append(rep.Removed, "host-local dir of "+network)
@@ -186,11 +189,11 @@ func (m *Manager) tidyPlugin(ctx context.Context, network string, p *libcni.Plug
 // TidySharedChains removes the plugins' shared chains when nothing uses
 // them, holding the host lock exclusively so that no ADD or DEL of any
 // network is in flight meanwhile.
-func (m *Manager) TidySharedChains(ctx context.Context) ([]string, error) {
+func (m *Manager) TidySharedChains(ctx context.Context, p hostclean.Plan) ([]string, error) {
 	unlock, err := m.lockHost(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	return m.o.Host.TidySharedChains(ctx)
+	return m.o.Host.TidySharedChains(ctx, p)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/store"
 )
 
@@ -488,7 +489,7 @@ func TestOrderTidyNetwork(t *testing.T) {
 				setupNetUp(t, f, m)
 				f.take()
 			}
-			rep, err := m.TidyNetwork(ctxT(t), fakeNetwork(t))
+			rep, err := m.TidyNetwork(ctxT(t), fakeNetwork(t), hostclean.Plan{})
 			if err != nil {
 				t.Fatal(err)
 			}

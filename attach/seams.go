@@ -52,9 +52,10 @@ type CNI interface {
 type HostCleaner interface {
 	// RemoveBridgeIfUnused reports the bridge's ports: 0 when it deleted
 	// it, more when it kept it, -1 when there was none.
-	RemoveBridgeIfUnused(ctx context.Context, name string) (int, error)
-	RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error)
-	TidySharedChains(ctx context.Context) ([]string, error)
+	// A dry run (hostclean.Plan) changes nothing and says what would go.
+	RemoveBridgeIfUnused(ctx context.Context, name string, p hostclean.Plan) (int, error)
+	RemoveHostLocalDirIfEmpty(ctx context.Context, network string, p hostclean.Plan) (bool, error)
+	TidySharedChains(ctx context.Context, p hostclean.Plan) ([]string, error)
 }
 
 var (

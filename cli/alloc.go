@@ -121,10 +121,15 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 	w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  NAME\tDRIVER\tSTATE\tFAILED\tEXIT\tSIGNAL\tRESTARTS\tSTARTED\tFINISHED")
 	for _, t := range a.Tasks {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%v\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.Driver, t.State, t.Failed, t.ExitCode, t.Signal, t.Restarts, clock(t.StartedAt), clock(t.FinishedAt))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%v\t%s\t%d\t%d\t%s\t%s\n", t.Name, t.Driver, t.State, t.Failed, dash(api.ExitText(t.State, t.NotStarted != "", t.ExitCode, 0)), t.Signal, t.Restarts, clock(t.StartedAt), clock(t.FinishedAt))
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	for _, t := range a.Tasks {
+		if t.NotStarted != "" {
+			fmt.Fprintf(g.stdout, "  %s never started: %s\n", t.Name, t.NotStarted)
+		}
 	}
 
 	if err := printAllocServices(g.stdout, a.Services); err != nil {

@@ -92,6 +92,9 @@ func (g *Globals) gcLeakFinder() doctor.LeakFinder {
 		defer g.closeNode(ctx, n)
 		opts := n.GCOptions()
 		opts.DryRun = true
+		// What an idle network keeps for its next attachment is no
+		// leftover: only the tidying that reclaims would bring is.
+		opts.TidyIdle = -1
 		rep, err := gc.Run(ctx, opts)
 		if err != nil {
 			return nil, err

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -76,7 +78,9 @@ nothing is touched and gc exits 1.`,
 			if owner != nil {
 				opts.Owners, opts.OwnersOnly = []gc.Owner{owner}, true
 			}
+			stopProgress := g.gcProgress(&opts)
 			rep, err := gc.Run(ctx, opts)
+			stopProgress()
 			if rep != nil {
 				if perr := g.printGCReport(rep); perr != nil {
 					return perr
@@ -115,6 +119,83 @@ func (g *Globals) ReplayPending(ctx context.Context, n *node.Node) {
 	}
 }
 
+// gcProgress shows, on a terminal, a progress line for a collection that
+// takes longer than a second: items done of planned and the current one.
+// gc.Run then plans first. The returned func removes the line.
+func (g *Globals) gcProgress(opts *gc.Options) func() {
+	if opts.DryRun || g.JSON || !isTerminal(g.stderr) {
+		return func() {}
+	}
+	l, stop := g.showLive(g.stderr)
+	var mu sync.Mutex
+	var cur gc.Progress
+	start := time.Now()
+	opts.Progress = func(p gc.Progress) {
+		mu.Lock()
+		cur = p
+		mu.Unlock()
+	}
+	done := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if time.Since(start) < time.Second {
+				continue
+			}
+			mu.Lock()
+			p := cur
+			mu.Unlock()
+			l.set(progressText(p))
+		}
+	}()
+	return func() {
+		close(done)
+		<-ticked
+		stop(false)
+	}
+}
+
+// progressText is the progress line of a collection.
+func progressText(p gc.Progress) string {
+	if p.Planned == 0 {
+		return "gc: planning..."
+	}
+	s := fmt.Sprintf("gc: %d of %d", p.Done, p.Planned)
+	if p.Current.Kind != "" {
+		s += " · " + p.Current.Kind
+		if p.Current.ID != "" {
+			s += " " + p.Current.ID
+		}
+		if p.Current.Network != "" {
+			s += " (" + p.Current.Network + ")"
+		}
+	}
+	return s
+}
+
+// gcStateText is how a row's state reads in the table.
+func gcStateText(row gc.Row) string {
+	if row.Kind == gc.KindCNIGC {
+		switch row.State {
+		case gc.StatePlanned:
+			return "would send"
+		case gc.StateReclaimed:
+			return "sent"
+		}
+	}
+	return row.State
+}
+
+// printGCReport prints a collection's rows: a dry run's are its plan, a
+// real run's the same rows with their outcome; the summary counts them.
 func (g *Globals) printGCReport(rep *gc.Report) error {
 	if g.JSON {
 		return g.PrintJSON(rep)
@@ -126,74 +207,44 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 	if rep.Reboot {
 		fmt.Fprintln(out, "reboot detected: no namespace of berth's attachments exists any more")
 	}
-	done := map[gc.Item]bool{}
-	for _, it := range rep.Reclaimed {
-		done[it] = true
-	}
-	state := func(it gc.Item) string {
-		switch {
-		case done[it]:
-			delete(done, it)
-			return "reclaimed"
-		case rep.DryRun:
-			return "would reclaim"
-		default:
-			return "FAILED"
-		}
-	}
-	type row struct {
-		it    gc.Item
-		state string
-	}
-	var rows []row
-	for _, it := range rep.Found {
-		rows = append(rows, row{it, state(it)})
-	}
-	// What followed from the reclaimed items: tidying, the GC verb.
-	for _, it := range rep.Reclaimed {
-		if done[it] {
-			rows = append(rows, row{it, "done"})
-		}
-	}
-	for _, it := range rep.Kept {
-		rows = append(rows, row{it, "kept"})
-	}
-	verb := "reclaimed"
-	if rep.DryRun {
-		verb = "would reclaim"
-	}
-	if len(rows) == 0 {
+	if len(rep.Rows) == 0 {
 		fmt.Fprintf(out, "nothing to reclaim (%.1f ms)\n", rep.DurationMS)
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tID\tNETWORK\tSTATE\tWHAT / WHY")
-	for _, r := range rows {
-		why := r.it.Reason
-		if r.it.Path != "" && !strings.Contains(why, r.it.Path) {
-			why = r.it.Path + ": " + why
+	for _, r := range rep.Rows {
+		why := r.Reason
+		if r.Path != "" && !strings.Contains(why, r.Path) {
+			why = r.Path + ": " + why
 		}
-		if r.it.Age != "" {
-			why += " [age " + r.it.Age + "]"
+		if r.Age != "" {
+			why += " [age " + r.Age + "]"
 		}
-		if r.it.Holders != "" {
-			why += " [in it: " + r.it.Holders + "]"
+		if r.Holders != "" {
+			why += " [in it: " + r.Holders + "]"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.it.Kind, dash(r.it.ID), dash(r.it.Network), r.state, why)
+		if r.Error != "" && r.Kind != gc.KindError {
+			why += " [error: " + r.Error + "]"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Kind, dash(r.ID), dash(r.Network), gcStateText(r), why)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	n := 0
-	for _, r := range rows {
-		if r.state == "reclaimed" || r.state == "would reclaim" {
-			n++
+	c := rep.Counts
+	sent := ""
+	if c.GCSent > 0 {
+		sent = fmt.Sprintf(", CNI GC sent to %d network(s)", c.GCSent)
+	}
+	if rep.DryRun {
+		if sent != "" {
+			sent = fmt.Sprintf(", CNI GC would be sent to %d network(s)", c.GCSent)
 		}
+		fmt.Fprintf(out, "found %d, would reclaim %d, kept %d, errors %d%s (%.1f ms, dry run: nothing changed)\n", c.Found, c.Found, c.Kept, c.Errors, sent, rep.DurationMS)
+		return nil
 	}
-	fmt.Fprintf(out, "found %d, %s %d, errors %d (%.1f ms)\n", len(rep.Found), verb, n, len(rep.Errors), rep.DurationMS)
-	for _, e := range rep.Errors {
-		fmt.Fprintf(out, "error: %s\n", e)
-	}
+	fmt.Fprintf(out, "found %d, reclaimed %d, kept %d, errors %d%s (%.1f ms)\n", c.Found, c.Reclaimed, c.Kept, c.Errors, sent, rep.DurationMS)
 	return nil
 }
 

@@ -276,10 +276,10 @@ func printAllocTable(g *Globals, allocs []api.AllocStub) error {
 	for _, a := range allocs {
 		var exits []string
 		for _, t := range a.Tasks {
-			exits = append(exits, fmt.Sprint(t.ExitCode))
+			exits = append(exits, t.Exit())
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(a.ID), a.JobID, a.Group, a.Status,
-			dash(strings.Join(exits, ",")), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
+			dash(strings.Trim(strings.Join(exits, ","), ",")), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
 	}
 	return w.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,11 +34,14 @@ type runOutput struct {
 	next              time.Time
 	ended             []time.Time // ends in the last minute
 	started           map[string]bool
-	drawn             bool
-	stop              chan struct{}
-	done              chan struct{}
-	header            bool
-	svc               *serviceWatch
+	// phases are the allocations' phases in progress (runner.Phase*).
+	phases map[string]string
+	// line is the status line, with every other line printed above it.
+	line   *liveLine
+	stop   chan struct{}
+	done   chan struct{}
+	header bool
+	svc    *serviceWatch
 }
 
 // isTerminal says whether w is a terminal (TCGETS answers).
@@ -52,7 +56,7 @@ func isTerminal(w io.Writer) bool {
 
 func newRunOutput(w io.Writer, asJSON bool) *runOutput {
 	o := &runOutput{w: w, json: asJSON, live: !asJSON && isTerminal(w), start: time.Now(),
-		stop: make(chan struct{}), done: make(chan struct{}), started: map[string]bool{}}
+		stop: make(chan struct{}), done: make(chan struct{}), started: map[string]bool{}, phases: map[string]string{}}
 	if o.live {
 		go o.tick()
 	} else {
@@ -79,20 +83,63 @@ func (o *runOutput) tick() {
 	}
 }
 
+// term is the status line (live output only).
+func (o *runOutput) term() *liveLine {
+	if o.line == nil {
+		o.line = &liveLine{term: o.w}
+	}
+	return o.line
+}
+
+// logTo is w (the log's output) printed above the status line, when there
+// is one.
+func (o *runOutput) logTo(w io.Writer) io.Writer {
+	if !o.live {
+		return w
+	}
+	return o.term().writer(w)
+}
+
 // lines prints above the status line. The caller holds mu.
 func (o *runOutput) lines(ls ...string) {
-	if o.live && o.drawn {
-		fmt.Fprint(o.w, "\r\033[K")
-	}
+	var b strings.Builder
 	if !o.json && !o.header {
 		o.header = true
-		fmt.Fprintf(o.w, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
+		fmt.Fprintf(&b, "%-36s  %-8s  %-6s  %9s  %11s\n", "ALLOC", "STATUS", "EXIT", "SETUP_MS", "TEARDOWN_MS")
 	}
 	for _, l := range ls {
-		fmt.Fprintln(o.w, l)
+		b.WriteString(l + "\n")
 	}
-	o.drawn = false
+	if o.live {
+		_, _ = o.term().above(o.w, []byte(b.String()))
+	} else {
+		io.WriteString(o.w, b.String())
+	}
 	o.draw()
+}
+
+// phaseText names the phases allocations are in, e.g. "setting up 3
+// networks · starting 1".
+func (o *runOutput) phaseText() string {
+	n := map[string]int{}
+	for _, p := range o.phases {
+		n[p]++
+	}
+	var parts []string
+	for _, p := range []struct{ phase, one, many string }{
+		{runner.PhaseNetwork, "setting up 1 network", "setting up %d networks"},
+		{runner.PhaseArtifacts, "fetching artifacts of 1 allocation", "fetching artifacts of %d allocations"},
+		{runner.PhaseStarting, "starting 1", "starting %d"},
+		{runner.PhaseTeardown, "tearing down 1", "tearing down %d"},
+	} {
+		switch c := n[p.phase]; {
+		case c == 1:
+			parts = append(parts, p.one)
+		case c > 1:
+			parts = append(parts, fmt.Sprintf(p.many, c))
+		}
+	}
+	return strings.Join(parts, " · ")
 }
 
 // draw writes the status line. The caller holds mu.
@@ -112,8 +159,10 @@ func (o *runOutput) draw() {
 	if !o.next.IsZero() {
 		s += " · next launch in " + time.Until(o.next).Round(time.Second).String()
 	}
-	fmt.Fprint(o.w, "\r\033[K"+s)
-	o.drawn = true
+	if p := o.phaseText(); p != "" {
+		s = p + " · " + s
+	}
+	o.term().set(s)
 }
 
 func (o *runOutput) jsonLine(v any) {
@@ -124,6 +173,16 @@ func (o *runOutput) jsonLine(v any) {
 func (o *runOutput) options(maxRuns int, forDur time.Duration) runner.RunOptions {
 	return runner.RunOptions{
 		MaxRuns: maxRuns, For: forDur,
+		OnPhase: func(id, phase string) {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if phase == runner.PhaseDone || phase == runner.PhaseRunning {
+				delete(o.phases, id)
+			} else {
+				o.phases[id] = phase
+			}
+			o.draw()
+		},
 		OnSchedule: func(launches int, next time.Time) {
 			o.mu.Lock()
 			defer o.mu.Unlock()
@@ -179,7 +238,7 @@ func (o *runOutput) close() {
 		o.mu.Lock()
 		o.next = time.Time{}
 		o.draw()
-		fmt.Fprintln(o.w)
+		o.term().clear(true)
 		o.mu.Unlock()
 	}
 }

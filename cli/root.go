@@ -43,6 +43,9 @@ type Globals struct {
 	flags          *node.Flags
 	stdout, stderr io.Writer
 	logger         *slog.Logger
+	// logOut is where the logger writes: stderr, above a live status line
+	// while a command shows one (liveLine).
+	logOut *switchWriter
 	// runAgent runs the agent with its configuration; tests replace it.
 	runAgent func(context.Context, agent.Config) error
 }
@@ -117,12 +120,32 @@ func (g *Globals) setup() error {
 	if err := g.Config.Validate(); err != nil {
 		return err
 	}
-	log, err := g.Config.NewLogger(g.stderr)
+	g.logOut = &switchWriter{w: g.stderr}
+	log, err := g.Config.NewLogger(g.logOut)
 	if err != nil {
 		return err
 	}
 	g.logger = log
 	return nil
+}
+
+// showLive makes a live status line on the terminal w, with the log
+// printed above it; the returned func stops it (keep: its last text stays
+// on screen as a line). Nil when w is not a terminal.
+func (g *Globals) showLive(w io.Writer) (*liveLine, func(keep bool)) {
+	if !isTerminal(w) {
+		return nil, func(bool) {}
+	}
+	l := &liveLine{term: w}
+	if g.logOut != nil {
+		g.logOut.set(l.writer(g.stderr))
+	}
+	return l, func(keep bool) {
+		if g.logOut != nil {
+			g.logOut.set(g.stderr)
+		}
+		l.clear(keep)
+	}
 }
 
 // Logger is the logger the flags asked for.

@@ -191,9 +191,16 @@ dispatched once, with -meta and --payload, and the child job runs.`,
 			g.Reconcile(ctx, n)
 			r := n.Runner()
 			out := newRunOutput(g.stdout, g.JSON)
+			if g.logOut != nil {
+				// Log records print above the status line, never into it.
+				g.logOut.set(out.logTo(g.stderr))
+			}
 			out.watchServices(n.Services)
 			sum, err := r.RunJob(ctx, job, out.options(maxRuns, forDur))
 			out.close()
+			if g.logOut != nil {
+				g.logOut.set(g.stderr)
+			}
 			if err != nil {
 				return err
 			}
@@ -237,7 +244,7 @@ func startLine(a *store.Allocation) string {
 func exitCodes(a *store.Allocation) string {
 	var c []string
 	for _, t := range a.Tasks {
-		c = append(c, fmt.Sprint(t.ExitCode))
+		c = append(c, api.ExitText(t.State, t.NotStarted != "", t.ExitCode, 0))
 	}
 	return strings.Join(c, ",")
 }

@@ -249,6 +249,15 @@ type ExecRequest struct {
 // command's own exit status.
 var ErrExecSetup = errors.New("cannot run the command in the task's context")
 
+// ErrCommandNotFound and ErrCommandNotExecutable (each with ErrExecSetup)
+// say why the command could not start: no such file, in the task's PATH
+// or at the path given (exit status 127, as a shell says), or a file that
+// cannot be executed (126).
+var (
+	ErrCommandNotFound      = errors.New("command not found")
+	ErrCommandNotExecutable = errors.New("command not executable")
+)
+
 // Execer is a handle that can run a command in its task's context. Exec
 // returns the command's exit status (128+N for a command killed by signal
 // N) once it ended; ending ctx kills it.

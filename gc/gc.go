@@ -27,6 +27,8 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
@@ -41,6 +43,7 @@ const (
 	KindLease      = "lease"       // a host-local lease of an unknown container ID
 	KindIptables   = "iptables"    // CNI rules and chains of an unknown ID
 	KindBridge     = "bridge"      // what a network keeps after its last attachment
+	KindError      = "error"       // a step that failed as a whole (no single item)
 	// KindTask (gc/tasks.go): what a driver made for a task of a terminal or unknown allocation
 )
 
@@ -68,9 +71,49 @@ type Item struct {
 	Holders string `json:"holders,omitempty"`
 }
 
-// Report says what a run found and did. Reclaimed repeats the Found items
-// it reclaimed (equal values), and adds what followed from them (tidying,
-// the GC verb). Kept lists suspicious things left alone on purpose.
+// States of a Row.
+const (
+	StatePlanned   = "would reclaim" // a dry run's: the plan
+	StateReclaimed = "reclaimed"
+	StateFailed    = "failed"
+	StateKept      = "kept"
+	StateNotDone   = "not done" // found, but the run was cancelled before it acted
+)
+
+// Row is one line of a run: an item and what became of it. A dry run's
+// rows are the plan; a real run judges and acts in the same order, so on
+// a host that did not change meanwhile its rows are the plan's with their
+// outcome. Every reclaim is a row, tidying and the GC verb included.
+type Row struct {
+	Item
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// Counts sum a report's rows: Found are the rows to reclaim (planned,
+// reclaimed, failed or not done), Errors the failed rows, GCSent the
+// networks sent the CNI GC verb (or, in a dry run, that would be): it is
+// housekeeping every run does, not garbage found.
+type Counts struct {
+	Found     int `json:"found"`
+	Reclaimed int `json:"reclaimed"`
+	Kept      int `json:"kept"`
+	Errors    int `json:"errors"`
+	GCSent    int `json:"gc_sent"`
+}
+
+// Progress is a real run's position in its plan: Done of Planned items
+// acted on, Current the one being acted on now.
+type Progress struct {
+	Done, Planned int
+	Current       Item
+}
+
+// Report says what a run found and did. Rows are its account, one per
+// item (see Row), and Counts their sums. Found, Reclaimed and Kept are the
+// same items by outcome: Found every item to reclaim (tidying included),
+// Reclaimed those reclaimed (equal values) and the GC verb sent, Kept
+// suspicious things left alone on purpose.
 type Report struct {
 	DryRun bool `json:"dry_run"`
 	// StoreUnavailable is why the store could not be read; the sweep then
@@ -83,6 +126,8 @@ type Report struct {
 	Reclaimed  []Item   `json:"reclaimed"`
 	Kept       []Item   `json:"kept"`
 	Errors     []string `json:"errors"`
+	Rows       []Row    `json:"rows"`
+	Counts     Counts   `json:"counts"`
 	DurationMS float64  `json:"duration_ms"`
 }
 
@@ -129,6 +174,10 @@ type Options struct {
 	Logger          *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// Progress, when set, makes a real run plan first (a dry run of the
+	// same options) and report its position in that plan before each
+	// item it acts on, and once at the end.
+	Progress func(Progress)
 	// TaskTimeout bounds the stop of one task (default 1 minute).
 	TaskTimeout time.Duration
 	// Owners are other runtimes whose leftovers gc may reclaim when they
@@ -211,6 +260,13 @@ type run struct {
 	memberIdx map[uint64][]netns.Holder
 	drivers   map[string]driver.Driver
 	opened    []driver.Driver
+	// open are the rows found and not yet acted on, by item.
+	open map[Item]int
+	// going are, by network, the container IDs this run reclaims (or, in
+	// a dry run, would): a dry run's tidy does not count them as uses.
+	going map[string]map[string]bool
+	// planned and done drive Options.Progress.
+	planned, done int
 }
 
 func newRun(o Options) (*run, error) {
@@ -220,7 +276,9 @@ func newRun(o Options) (*run, error) {
 	r := &run{
 		o:       o,
 		log:     o.Logger.With("component", "gc"),
-		rep:     &Report{DryRun: o.DryRun, Found: []Item{}, Reclaimed: []Item{}, Kept: []Item{}, Errors: []string{}},
+		rep:     &Report{DryRun: o.DryRun, Found: []Item{}, Reclaimed: []Item{}, Kept: []Item{}, Errors: []string{}, Rows: []Row{}},
+		open:    map[Item]int{},
+		going:   map[string]map[string]bool{},
 		netns:   o.Attach.Netns(),
 		touched: map[string]*cni.Network{},
 		handled: map[string]bool{},
@@ -292,10 +350,22 @@ func newRun(o Options) (*run, error) {
 // stop the run; the error is for bad options and a cancelled ctx.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
+	planned := 0
+	if o.Progress != nil && !o.DryRun {
+		po := o
+		po.DryRun, po.Progress = true, nil
+		po.Logger = slog.New(slog.DiscardHandler)
+		plan, err := Run(ctx, po)
+		if err != nil {
+			return plan, err
+		}
+		planned = plan.Counts.Found + plan.Counts.GCSent
+	}
 	r, err := newRun(o)
 	if err != nil {
 		return nil, err
 	}
+	r.planned = planned
 	defer r.closeDrivers(ctx)
 	if r.o.Store == nil {
 		r.log.Warn("store unavailable: sweeping with host evidence only; namespaces that still exist are kept", "reason", r.rep.StoreUnavailable)
@@ -343,6 +413,39 @@ func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 
 func (r *run) finish(start time.Time) *Report {
 	r.rep.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	c := Counts{}
+	for i := range r.rep.Rows {
+		row := &r.rep.Rows[i]
+		if row.State == StatePlanned && !r.o.DryRun {
+			row.State = StateNotDone
+		}
+		switch {
+		case row.Kind == KindCNIGC && (row.State == StatePlanned || row.State == StateReclaimed):
+			c.GCSent++
+			continue
+		case row.Kind == KindCNIGC && row.State == StateFailed:
+			c.Errors++
+			continue
+		}
+		switch row.State {
+		case StatePlanned, StateNotDone:
+			c.Found++
+		case StateReclaimed:
+			c.Found++
+			c.Reclaimed++
+		case StateFailed:
+			if row.Kind != KindError {
+				c.Found++
+			}
+			c.Errors++
+		case StateKept:
+			c.Kept++
+		}
+	}
+	r.rep.Counts = c
+	if r.o.Progress != nil && !r.o.DryRun {
+		r.o.Progress(Progress{Done: r.done, Planned: max(r.planned, r.done)})
+	}
 	if n := len(r.rep.Found); n > 0 || len(r.rep.Errors) > 0 {
 		r.log.Info("gc done", "dry_run", r.o.DryRun, "found", n, "reclaimed", len(r.rep.Reclaimed), "errors", len(r.rep.Errors), "duration_ms", r.rep.DurationMS)
 	} else {
@@ -351,8 +454,39 @@ func (r *run) finish(start time.Time) *Report {
 	return r.rep
 }
 
+// row adds a row and returns its index.
+func (r *run) row(it Item, state, errText string) int {
+	r.rep.Rows = append(r.rep.Rows, Row{Item: it, State: state, Error: errText})
+	return len(r.rep.Rows) - 1
+}
+
+// act notes that the run is about to act on it (Options.Progress).
+func (r *run) act(it Item) {
+	if r.o.Progress == nil || r.o.DryRun {
+		return
+	}
+	r.o.Progress(Progress{Done: r.done, Planned: max(r.planned, r.done+1), Current: it})
+	r.done++
+}
+
+// goes notes that the attachment id of network is reclaimed by this run.
+func (r *run) goes(network, id string) {
+	if network == "" || id == "" {
+		return
+	}
+	if r.going[network] == nil {
+		r.going[network] = map[string]bool{}
+	}
+	r.going[network][id] = true
+}
+
 func (r *run) found(it Item) {
 	r.rep.Found = append(r.rep.Found, it)
+	if it.Kind != KindNetns || it.Network != "" {
+		r.goes(it.Network, it.ID)
+	}
+	r.open[it] = r.row(it, StatePlanned, "")
+	r.act(it)
 	msg := "gc found garbage"
 	if r.o.DryRun {
 		msg = "gc would reclaim"
@@ -362,6 +496,18 @@ func (r *run) found(it Item) {
 
 func (r *run) reclaimed(it Item) {
 	r.rep.Reclaimed = append(r.rep.Reclaimed, it)
+	if i, ok := r.open[it]; ok {
+		r.rep.Rows[i].State = StateReclaimed
+		delete(r.open, it)
+	} else {
+		// What followed from the found items (tidying, the GC verb) is
+		// found and done at once.
+		if it.Kind != KindCNIGC {
+			r.rep.Found = append(r.rep.Found, it)
+		}
+		r.act(it)
+		r.row(it, StateReclaimed, "")
+	}
 	if it.Kind == KindCNIGC {
 		// Sent on every run: not news.
 		r.log.Debug("gc sent CNI GC", "network", it.Network, "reason", it.Reason)
@@ -379,12 +525,22 @@ func (r *run) withdraw(it Item, why string) {
 			break
 		}
 	}
+	if i, ok := r.open[it]; ok {
+		r.rep.Rows = append(r.rep.Rows[:i], r.rep.Rows[i+1:]...)
+		delete(r.open, it)
+		for k, j := range r.open {
+			if j > i {
+				r.open[k] = j - 1
+			}
+		}
+	}
 	it.Reason = why
 	r.kept(it)
 }
 
 func (r *run) kept(it Item) {
 	r.rep.Kept = append(r.rep.Kept, it)
+	r.row(it, StateKept, "")
 	r.log.Info("gc kept", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
 }
 
@@ -395,12 +551,23 @@ func (r *run) fail(it Item, err error) {
 	}
 	msg += ": " + err.Error()
 	r.rep.Errors = append(r.rep.Errors, msg)
+	if i, ok := r.open[it]; ok {
+		r.rep.Rows[i].State, r.rep.Rows[i].Error = StateFailed, err.Error()
+		delete(r.open, it)
+	} else {
+		if it.Kind != KindCNIGC {
+			r.rep.Found = append(r.rep.Found, it)
+		}
+		r.act(it)
+		r.row(it, StateFailed, err.Error())
+	}
 	r.log.Warn("gc could not reclaim", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "err", err)
 }
 
 func (r *run) errorf(format string, args ...any) {
 	err := fmt.Errorf(format, args...)
 	r.rep.Errors = append(r.rep.Errors, err.Error())
+	r.row(Item{Kind: KindError, Reason: err.Error()}, StateFailed, err.Error())
 	r.log.Warn("gc error", "err", err)
 }
 
@@ -422,10 +589,10 @@ func (r *run) touch(network string, conf *cni.Network) {
 // they have no attachment left and no interface of any runtime on their
 // bridge. A network that is not berth's is never tidied, even if its
 // bridge is unused.
+//
+// A dry run plans the same: what would go once the attachments it plans to
+// reclaim are gone (hostclean.Plan).
 func (r *run) tidy(ctx context.Context) {
-	if r.o.DryRun {
-		return
-	}
 	lastUsed := r.touchIdle(ctx)
 	if len(r.touched) == 0 {
 		return
@@ -482,7 +649,7 @@ func (r *run) touchIdle(ctx context.Context) map[string]time.Time {
 // network of the store's (ours, last used at used) that is fully tidied is
 // forgotten, unless it was used again meanwhile.
 func (r *run) tidyNetwork(ctx context.Context, name string, conf *cni.Network, used time.Time, ours bool) {
-	tr, err := r.o.Attach.TidyNetwork(ctx, conf)
+	tr, err := r.o.Attach.TidyNetwork(ctx, conf, r.tidyPlan(name, conf))
 	if err != nil {
 		r.errorf("tidy network %q: %w", name, err)
 	}
@@ -497,17 +664,42 @@ func (r *run) tidyNetwork(ctx context.Context, name string, conf *cni.Network, u
 		case strings.Contains(what, "tables"):
 			kind = KindIptables
 		}
-		r.reclaimed(Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: removed " + what})
+		it := Item{Kind: kind, Network: name, Path: what, Reason: "network has no attachment left: " + what}
+		if r.o.DryRun {
+			r.found(it)
+			continue
+		}
+		r.reclaimed(it)
 	}
 	for _, what := range tr.Kept {
 		r.kept(Item{Kind: KindBridge, Network: name, Path: what, Reason: "network has no attachment of berth's, but " + what})
 	}
-	if err != nil || !ours || tr.Skipped != "" || len(tr.Kept) > 0 {
+	if err != nil || !ours || tr.Skipped != "" || len(tr.Kept) > 0 || r.o.DryRun {
 		return
 	}
 	if _, err := r.o.Store.ForgetNetwork(ctx, name, used); err != nil {
 		r.errorf("%w", err)
 	}
+}
+
+// tidyPlan is how a network is tidied: for real, or in a dry run as it
+// would be once the attachments this run plans to reclaim on it are gone
+// (their leases, addresses and bridge ports).
+func (r *run) tidyPlan(name string, conf *cni.Network) hostclean.Plan {
+	if !r.o.DryRun {
+		return hostclean.Plan{}
+	}
+	p := hostclean.Plan{DryRun: true, GoingIDs: r.going[name], GoingPorts: len(r.going[name])}
+	dirs, _ := hostLocal(conf)
+	for _, d := range dirs {
+		ls, _ := evidence.ReadLeases(d)
+		for _, l := range ls {
+			if p.GoingIDs[l.ID] {
+				p.GoingIPs = append(p.GoingIPs, l.IP.String())
+			}
+		}
+	}
+	return p
 }
 
 // confDirNetworks loads the config dir; files that do not parse are

@@ -143,6 +143,9 @@ func (r *run) finishRecord(ctx context.Context, rec *store.Attachment, as *alloc
 	r.found(it)
 	r.markHandled(rec.Network, rec.ID)
 	if r.o.DryRun {
+		// The plan tidies what the real run would.
+		conf, _ := cni.ParseNetwork(rec.ConfList, "record of "+rec.ID)
+		r.touch(rec.Network, conf)
 		return
 	}
 	// Judged again under the ID's lock: another berth process may

@@ -486,6 +486,7 @@ func (r *run) reclaimCacheEntry(ctx context.Context, st *netState, e evidence.Ca
 	r.found(it)
 	r.markHandled(nw.name, e.ContainerID)
 	if r.o.DryRun {
+		r.touch(nw.name, nw.conf)
 		return
 	}
 	if err := r.delCached(ctx, nw, e, j.netns, j.owner != nil); err != nil {
@@ -640,6 +641,7 @@ func (r *run) reclaimLeases(ctx context.Context, nw *network, id string, h *leas
 	}
 	r.markHandled(nw.name, id)
 	if r.o.DryRun {
+		r.touch(nw.name, nw.conf)
 		return
 	}
 	if err := r.releaseLeases(ctx, nw, id, ls, h.netns); err != nil {
@@ -714,6 +716,7 @@ func (r *run) sweepRules(ctx context.Context, st *netState) {
 		r.markHandled(st.nw.name, id)
 	}
 	if r.o.DryRun {
+		r.touch(st.nw.name, st.nw.conf)
 		return
 	}
 	removed, err := hostclean.RemoveRulesMatching(ctx, stale.match(st.nw.name))
@@ -871,10 +874,11 @@ func (r *run) sendGC(ctx context.Context, st *netState) {
 		r.kept(Item{Kind: KindCNIGC, Network: nw.name, Reason: "GC not sent: the set of valid attachments is not known (store or lease dir unreadable)"})
 		return
 	}
+	it := Item{Kind: KindCNIGC, Network: nw.name, Reason: fmt.Sprintf("the CNI GC verb, with the %d attachments that stay", len(st.valid.list))}
 	if r.o.DryRun {
+		r.row(it, StatePlanned, "")
 		return
 	}
-	it := Item{Kind: KindCNIGC, Network: nw.name, Reason: fmt.Sprintf("CNI GC sent with %d valid attachments", len(st.valid.list))}
 	if err := r.o.CNI.GC(ctx, nw.conf, st.valid.list); err != nil {
 		r.fail(it, err)
 		return

@@ -20,11 +20,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Plan says how a tidy runs. A dry run changes nothing and reports what a
+// real run would remove once the attachments a collection is about to
+// reclaim are gone: their bridge ports, leases and firewall rules are not
+// counted as uses (gc's plan tidies after its reclaims, as its real run
+// does).
+type Plan struct {
+	DryRun bool
+	// GoingIDs are the container IDs whose leases will be released first.
+	GoingIDs map[string]bool
+	// GoingIPs are their addresses: the firewall rules naming them go with them.
+	GoingIPs []string
+	// GoingPorts is how many bridge ports go with them.
+	GoingPorts int
+}
+
+// goingRule says whether an iptables rule line is one of an attachment
+// the plan reclaims first (it names one of its addresses).
+func (p Plan) goingRule(line string) bool {
+	for _, ip := range p.GoingIPs {
+		for _, f := range strings.Fields(line) {
+			if f == ip || strings.HasPrefix(f, ip+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // RemoveBridgeIfUnused deletes the bridge called name when no interface (of
 // any runtime) is attached to it. It reports how many are: 0 when it
-// deleted the bridge, more when it kept it, -1 when there was no bridge of
-// that name.
-func RemoveBridgeIfUnused(ctx context.Context, name string) (ports int, err error) {
+// deleted the bridge (or, in a dry run, would), more when it kept it, -1
+// when there was no bridge of that name.
+func RemoveBridgeIfUnused(ctx context.Context, name string, p Plan) (ports int, err error) {
 	if name == "" {
 		return -1, nil
 	}
@@ -48,7 +76,10 @@ func RemoveBridgeIfUnused(ctx context.Context, name string) (ports int, err erro
 			ports++
 		}
 	}
-	if ports > 0 {
+	if p.DryRun {
+		ports = max(ports-p.GoingPorts, 0)
+	}
+	if ports > 0 || p.DryRun {
 		return ports, nil
 	}
 	if err := netlink.LinkDel(br); err != nil {
@@ -59,8 +90,9 @@ func RemoveBridgeIfUnused(ctx context.Context, name string) (ports int, err erro
 
 // RemoveHostLocalDirIfEmpty deletes a network's host-local directory when
 // it holds no lease (only host-local's lock and last-reserved markers),
-// under host-local's own lock.
-func RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error) {
+// under host-local's own lock. A dry run reports whether it would, leases
+// of the plan's GoingIDs not counting.
+func RemoveHostLocalDirIfEmpty(ctx context.Context, network string, p Plan) (bool, error) {
 	if network == "" || strings.ContainsAny(network, "/") || network == "." || network == ".." {
 		return false, fmt.Errorf("remove host-local dir: bad network name %q", network)
 	}
@@ -82,9 +114,18 @@ func RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error
 	}
 	for _, de := range des {
 		n := de.Name()
-		if n != "lock" && !strings.HasPrefix(n, "last_reserved_ip") {
-			return false, nil
+		if n == "lock" || strings.HasPrefix(n, "last_reserved_ip") {
+			continue
 		}
+		if p.DryRun && !de.IsDir() {
+			if id, _, err := evidence.ReadLease(filepath.Join(dir, n)); err == nil && p.GoingIDs[id] {
+				continue
+			}
+		}
+		return false, nil
+	}
+	if p.DryRun {
+		return true, nil
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("remove host-local dir %s: %w", dir, err)
@@ -131,7 +172,7 @@ func RemoveLease(ctx context.Context, l evidence.Lease) error {
 // no attachment uses them: CNI-FORWARD holds only the jump to an empty
 // CNI-ADMIN, and CNI-HOSTPORT-DNAT is empty with no CNI-DN-* chain left.
 // Operator rules in CNI-ADMIN keep everything. It returns what it removed.
-func TidySharedChains(ctx context.Context) ([]string, error) {
+func TidySharedChains(ctx context.Context, p Plan) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
@@ -139,10 +180,10 @@ func TidySharedChains(ctx context.Context) ([]string, error) {
 		if err != nil {
 			continue // no ip6tables on this host
 		}
-		r, err := tidyFilter(ipt)
+		r, err := tidyFilter(ipt, p)
 		removed = append(removed, r...)
 		errs = append(errs, err)
-		r, err = tidyNat(ipt)
+		r, err = tidyNat(ipt, p)
 		removed = append(removed, r...)
 		errs = append(errs, err)
 	}
@@ -247,7 +288,7 @@ func splitRule(line string) ([]string, error) {
 	return args, nil
 }
 
-func tidyFilter(ipt *iptables.IPTables) ([]string, error) {
+func tidyFilter(ipt *iptables.IPTables, p Plan) ([]string, error) {
 	admin, adminOK, err := rules(ipt, "filter", "CNI-ADMIN")
 	if err != nil || len(admin) > 0 {
 		return nil, err
@@ -257,11 +298,20 @@ func tidyFilter(ipt *iptables.IPTables) ([]string, error) {
 		return nil, err
 	}
 	for _, r := range fwd {
-		if !strings.HasSuffix(r, "-j CNI-ADMIN") {
+		if !strings.HasSuffix(r, "-j CNI-ADMIN") && !(p.DryRun && p.goingRule(r)) {
 			return nil, nil // an attachment still has rules
 		}
 	}
 	var removed []string
+	if p.DryRun {
+		if fwdOK {
+			removed = append(removed, protoName(ipt)+" filter CNI-FORWARD")
+		}
+		if adminOK {
+			removed = append(removed, protoName(ipt)+" filter CNI-ADMIN")
+		}
+		return removed, nil
+	}
 	if fwdOK {
 		if err := deleteJumps(ipt, "filter", "FORWARD", "CNI-FORWARD"); err != nil {
 			return removed, err
@@ -280,7 +330,7 @@ func tidyFilter(ipt *iptables.IPTables) ([]string, error) {
 	return removed, nil
 }
 
-func tidyNat(ipt *iptables.IPTables) ([]string, error) {
+func tidyNat(ipt *iptables.IPTables, p Plan) ([]string, error) {
 	chains, err := ipt.ListChains("nat")
 	if err != nil {
 		return nil, fmt.Errorf("%s: list nat chains: %w", protoName(ipt), err)
@@ -295,6 +345,16 @@ func tidyNat(ipt *iptables.IPTables) ([]string, error) {
 		return nil, err
 	}
 	var removed []string
+	if p.DryRun {
+		for _, c := range []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ"} {
+			if ok, err := ipt.ChainExists("nat", c); err != nil {
+				return removed, err
+			} else if ok {
+				removed = append(removed, protoName(ipt)+" nat "+c)
+			}
+		}
+		return removed, nil
+	}
 	if dnatOK {
 		for _, from := range []string{"PREROUTING", "OUTPUT"} {
 			if err := deleteJumps(ipt, "nat", from, "CNI-HOSTPORT-DNAT"); err != nil {
@@ -354,18 +414,18 @@ func (Rules) RemoveAttachmentRules(ctx context.Context, network, id string) ([]s
 type Host struct{}
 
 // RemoveBridgeIfUnused is the function of the same name.
-func (Host) RemoveBridgeIfUnused(ctx context.Context, name string) (int, error) {
-	return RemoveBridgeIfUnused(ctx, name)
+func (Host) RemoveBridgeIfUnused(ctx context.Context, name string, p Plan) (int, error) {
+	return RemoveBridgeIfUnused(ctx, name, p)
 }
 
 // RemoveHostLocalDirIfEmpty is the function of the same name.
-func (Host) RemoveHostLocalDirIfEmpty(ctx context.Context, network string) (bool, error) {
-	return RemoveHostLocalDirIfEmpty(ctx, network)
+func (Host) RemoveHostLocalDirIfEmpty(ctx context.Context, network string, p Plan) (bool, error) {
+	return RemoveHostLocalDirIfEmpty(ctx, network, p)
 }
 
 // TidySharedChains is the function of the same name.
-func (Host) TidySharedChains(ctx context.Context) ([]string, error) {
-	return TidySharedChains(ctx)
+func (Host) TidySharedChains(ctx context.Context, p Plan) ([]string, error) {
+	return TidySharedChains(ctx, p)
 }
 
 // RemoveRulesMatching deletes every CNI rule for which match is true, and

@@ -34,6 +34,11 @@ const (
 	EventHealed = "Network Healed"
 )
 
+// ReadoptingDesc is the status description of an allocation a new agent
+// has claimed and not yet re-adopted (status pending): its tasks are not
+// re-attached and its network not CHECKed yet.
+const ReadoptingDesc = "re-adopting: the agent restarted and has not yet re-attached the tasks and CHECKed the network"
+
 // Adoptable reports whether a is an allocation the next agent may take
 // over: an agent's, not terminal, whose owner is gone (killed, or stopped
 // without draining).
@@ -49,6 +54,10 @@ func Adoptable(a *store.Allocation) bool {
 func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 	a.OwnerPID, a.OwnerStartTime = r.o.OwnerPID, r.o.OwnerStartTime
 	a.Detached = false
+	// Not running as far as this agent knows until it has re-attached
+	// the tasks and CHECKed the network (resume): the API, the status
+	// page and the metrics say so meanwhile.
+	a.Status, a.StatusDesc = store.AllocPending, ReadoptingDesc
 	a.Agent = r.o.Agent
 	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: "Claimed", Message: "re-adopted by a new agent"})
 	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
@@ -103,7 +112,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 		// Nothing started yet (queued, or its network just made): run it
 		// as new. Setup finds an existing attachment and CHECKs it.
 		a.log.Info("re-adopting an allocation whose tasks had not started")
-		a.alloc.Status = store.AllocPending
+		a.alloc.Status, a.alloc.StatusDesc = store.AllocPending, ""
 		return a.admitAndRun(ctx, time.Now()), false
 	}
 	// Already running: it was admitted by the last agent.
@@ -147,6 +156,9 @@ func (a *allocRun) resume(ctx context.Context) {
 	}
 	a.mu.Lock()
 	a.alloc.Status = store.AllocRunning
+	if a.alloc.StatusDesc == ReadoptingDesc {
+		a.alloc.StatusDesc = ""
+	}
 	a.mu.Unlock()
 	a.save(ctx)
 	a.log.Info("allocation re-adopted", "tasks_reattached", countHandles(handles), "netns", netns)

@@ -55,6 +55,9 @@ type RunOptions struct {
 	// OnLaunch is told each periodic launch's time, to be kept as the
 	// next LastLaunch.
 	OnLaunch func(time.Time)
+	// OnPhase is told when an allocation enters a phase (Phase*), from
+	// the goroutine that runs it: calls may be concurrent.
+	OnPhase func(allocID, phase string)
 }
 
 // Summary is what a run did.
@@ -113,6 +116,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 		ctx, cancel = context.WithTimeout(ctx, o.For)
 		defer cancel()
 	}
+	ctx = withPhaseHook(ctx, o.OnPhase)
 	jr := &jobRun{r: r, ctx: ctx, job: job, o: o, adopted: map[slot]bool{},
 		sum: &Summary{Job: job.ID, ByStatus: map[store.AllocStatus]int{}}}
 	jr.adopt()

@@ -199,6 +199,23 @@ type allocRun struct {
 	opStopped bool
 
 	mu sync.Mutex // guards alloc
+
+	// t0 is the first reading of the allocation's clock (now).
+	clockOnce sync.Once
+	t0        time.Time
+	// clocked are the tasks whose start this process saw: their end is
+	// read from the same clock.
+	clocked map[int]bool
+}
+
+// now is the allocation's clock: the wall time of its first reading plus
+// the monotonic time since. Every timestamp of the allocation (events,
+// task starts and ends) comes from it, never from another process's clock
+// or a wall clock that steps, so their order is the order things were
+// seen in: a task never finishes before it started.
+func (a *allocRun) now() time.Time {
+	a.clockOnce.Do(func() { a.t0 = time.Now() })
+	return a.t0.Add(time.Since(a.t0))
 }
 
 // RunAlloc runs one allocation of group to its end and returns its final
@@ -280,7 +297,7 @@ func (a *allocRun) detachRecord(ctx context.Context) {
 
 // eventLocked records an allocation event; the caller holds a.mu.
 func (a *allocRun) eventLocked(typ, msg string) {
-	a.alloc.Events = append(a.alloc.Events, store.Event{Time: time.Now(), Type: typ, Message: msg})
+	a.alloc.Events = append(a.alloc.Events, store.Event{Time: a.now(), Type: typ, Message: msg})
 }
 
 func (a *allocRun) snapshot() *store.Allocation {
@@ -335,6 +352,7 @@ func (a *allocRun) run(ctx context.Context) {
 	}
 
 	if netName != "" {
+		a.phase(ctx, PhaseNetwork)
 		// A stop while the plugins run must not kill them half-way: the
 		// setup finishes (bounded by the CNI timeouts), then the tasks are
 		// skipped and the network torn down.
@@ -468,6 +486,8 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 
 // finish tears the network down and records the outcome.
 func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
+	a.phase(ctx, PhaseTeardown)
+	defer a.phase(ctx, PhaseDone)
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
@@ -761,11 +781,14 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	if a.r.Detached() && ctx.Err() == nil {
 		return nil, errDetached
 	}
+	a.phase(ctx, PhaseStarting)
 	start := time.Now()
 	h, err := drv.Start(ctx, dt)
 	a.timing("task_start", time.Since(start))
 	if err != nil {
-		a.setTask(i, func(ts *store.TaskState) { ts.State = "dead"; ts.ExitCode = -1 })
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.State, ts.ExitCode, ts.NotStarted = "dead", -1, "start failed: "+err.Error()
+		})
 		return nil, err
 	}
 	// Started, not yet recorded: what a crash here leaves is found by
@@ -773,9 +796,15 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	fault.Point(fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
-		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
+		ts.State, ts.StartedAt, ts.Handle, ts.NotStarted = "running", a.now(), &st, ""
+		ts.FinishedAt, ts.ExitCode, ts.Signal = time.Time{}, 0, 0
+		if a.clocked == nil {
+			a.clocked = map[int]bool{}
+		}
+		a.clocked[i] = true
 	})
 	a.save(ctx)
+	a.phase(ctx, PhaseRunning)
 	a.taskStarted(i)
 	a.taskRunning(ctx, i, h)
 	fault.Point(fault.TaskRunning)
@@ -805,9 +834,15 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		return res, werr
 	}
 	a.setTask(i, func(ts *store.TaskState) {
-		ts.FinishedAt = time.Now()
-		if res != nil && !res.FinishedAt.IsZero() {
+		// Seen ending now, on the clock that saw it start. A task
+		// re-attached after a restart keeps the driver's end when it
+		// ended while no berth watched, never before its start.
+		ts.FinishedAt = a.now()
+		if !a.clocked[i] && res != nil && !res.FinishedAt.IsZero() && res.FinishedAt.Before(ts.FinishedAt) {
 			ts.FinishedAt = res.FinishedAt
+		}
+		if ts.FinishedAt.Before(ts.StartedAt) {
+			ts.FinishedAt = ts.StartedAt
 		}
 		if ts.FinishedAt.After(a.lastExit) {
 			a.lastExit = ts.FinishedAt

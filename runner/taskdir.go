@@ -103,6 +103,9 @@ func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[st
 		a.event("Setup Failure", err.Error())
 		return err
 	}
+	if len(t.Artifacts) > 0 {
+		a.phase(ctx, PhaseArtifacts)
+	}
 	for _, art := range t.Artifacts {
 		if err := a.fetchArtifact(ctx, td, art, vars); err != nil {
 			err = fmt.Errorf("task %q: artifact %s: %w", t.Name, art.Source, err)

@@ -111,6 +111,9 @@ type TaskState struct {
 	StartedAt  time.Time   `json:"started_at,omitempty"`
 	FinishedAt time.Time   `json:"finished_at,omitempty"`
 	Handle     *TaskHandle `json:"handle,omitempty"`
+	// NotStarted says why a dead task never ran (its start failed);
+	// ExitCode is then no exit status.
+	NotStarted string `json:"not_started,omitempty"`
 }
 
 // Event is one line of an allocation's timeline.

@@ -55,6 +55,16 @@ func newFixture() *fixture {
 		},
 		OwnerPID: 1234, CreatedAt: ago(20 * time.Minute), ModifiedAt: ago(20 * time.Minute),
 		Timings: &api.Timings{Netns: 1.9, Add: 88.4, Berth: 2.2, TaskStart: 3.5},
+		Services: []api.ServiceRegistration{
+			{ID: "_nomad-task-" + id(1) + "-server-web-http", ServiceName: "web", JobID: "web", AllocID: id(1), Group: "frontend", Task: "server",
+				Address: "10.199.165.7", Port: 8080, Tags: []string{"http"}, Health: "passing", Checks: []api.CheckStatus{
+					{Name: "alive", Type: "http", Status: "passing", Output: "HTTP GET http://10.199.165.7:8080/health: 200 OK", Time: ago(3 * time.Second)},
+				}},
+			{ID: "_nomad-group-" + id(1) + "-frontend-metrics-metrics", ServiceName: "web-metrics", JobID: "web", AllocID: id(1), Group: "frontend",
+				Address: "10.199.165.7", Port: 9100, Health: "critical", Checks: []api.CheckStatus{
+					{Name: "scrape", Type: "tcp", Status: "critical", Output: "dial tcp 10.199.165.7:9100: connect: connection refused", Time: ago(2 * time.Second)},
+				}},
+		},
 	}
 	f.allocs = append(f.allocs, web)
 	for i := 0; i < 6; i++ {
@@ -147,6 +157,14 @@ func newFixture() *fixture {
 			Holders: []api.Holder{{PID: 5150, Comm: "podman", Kind: api.HolderFD, Detail: "fd 7"}}},
 		{Name: "stray", Path: "/run/netns/stray", Pinned: true, Holders: []api.Holder{}},
 	}
+	// The host's other runtimes' namespaces, listed among berth's by the
+	// netns dir (as on a host with 47 of them).
+	var others []api.NetnsEntry
+	for i := 0; i < 5; i++ {
+		n := fmt.Sprintf("cni-%08x-0000-0000-0000-%012x", i, i)
+		others = append(others, api.NetnsEntry{Name: n, Path: "/run/netns/" + n, Pinned: true, Holders: []api.Holder{}})
+	}
+	f.nss = append(append(f.nss[:1:1], others...), f.nss[1:]...)
 
 	by := map[string]int{}
 	for _, a := range f.allocs {

@@ -297,7 +297,14 @@ func (u *UI) namespaces(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	v := namespacesView{All: nss, Pending: pendingTeardowns(nss)}
+	v := namespacesView{Pending: pendingTeardowns(nss)}
+	for _, ns := range nss {
+		if ns.Berth {
+			v.Berth = append(v.Berth, ns)
+		} else {
+			v.Others = append(v.Others, ns)
+		}
+	}
 	u.render(w, r, http.StatusOK, "namespaces", page{Title: "Namespaces", Nav: "namespaces", Agent: u.self(r.Context()), Body: v})
 }
 

@@ -33,8 +33,11 @@ type overviewView struct {
 	Hour        hourTotal
 }
 
+// namespacesView lists berth's namespaces first; the host's others (often
+// most of them) are folded behind their count.
 type namespacesView struct {
-	All     []api.NetnsEntry
+	Berth   []api.NetnsEntry
+	Others  []api.NetnsEntry
 	Pending []api.NetnsEntry
 }
 
@@ -350,11 +353,11 @@ func statusClass(s string) string {
 	switch s {
 	case api.AllocRunning, "ready": // api.JobRunning is "running" too
 		return "st-run"
-	case api.AllocComplete:
+	case api.AllocComplete, "passing":
 		return "st-ok"
-	case api.AllocFailed, api.AllocLost, "tearing-down":
+	case api.AllocFailed, api.AllocLost, "tearing-down", "critical":
 		return "st-bad"
-	case api.AllocPending, api.JobStopping, "intent":
+	case api.AllocPending, api.JobStopping, "intent", "warning":
 		return "st-wait"
 	}
 	return "st-other"
@@ -381,13 +384,10 @@ var funcs = template.FuncMap{
 	"holder": func(h api.Holder) string { return h.String() },
 	"deref":  func(t *time.Time) time.Time { return derefTime(t) },
 	"exitText": func(t api.TaskState) string {
-		switch {
-		case t.State != "dead":
-			return "–"
-		case t.Signal != 0:
-			return fmt.Sprintf("%d (signal %d)", t.ExitCode, t.Signal)
+		if s := t.Exit(); s != "" {
+			return s
 		}
-		return strconv.Itoa(t.ExitCode)
+		return "–"
 	},
 	"taskState": func(t api.TaskState) string {
 		if t.State == "dead" && t.Failed {

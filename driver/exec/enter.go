@@ -90,7 +90,14 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 		code = 128 + int(ws.Signal())
 	}
 	if len(msg) > 0 {
-		return -1, fmt.Errorf("%w: %s: task %s: %s", driver.ErrExecSetup, h.drv.name, h.id, msg)
+		why := driver.ErrExecSetup
+		switch code {
+		case supervisor.EnterNotFound:
+			why = fmt.Errorf("%w: %w", driver.ErrExecSetup, driver.ErrCommandNotFound)
+		case supervisor.EnterNotExecutable:
+			why = fmt.Errorf("%w: %w", driver.ErrExecSetup, driver.ErrCommandNotExecutable)
+		}
+		return -1, fmt.Errorf("%w: %s: task %s: %s", why, h.drv.name, h.id, msg)
 	}
 	var ee *osexec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {

@@ -151,7 +151,7 @@ func LeakCheckMain(m *testing.M) int {
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if unlock, err := attach.LockHost(ctx, "", true); err == nil {
-		_, _ = hostclean.TidySharedChains(ctx)
+		_, _ = hostclean.TidySharedChains(ctx, hostclean.Plan{})
 		unlock()
 	}
 	after, err := TakeSnapshot(ctx)

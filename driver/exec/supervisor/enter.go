@@ -37,6 +37,23 @@ const (
 // run the command; the reply pipe says why.
 const EnterSetupFailed = 255
 
+// The enter helper's exit status when the command itself could not start
+// (with the reason on the reply pipe): not found, or not executable.
+const (
+	EnterNotFound      = 127
+	EnterNotExecutable = 126
+)
+
+// execFailure is the enter helper's exit status for a command that could
+// not start: ENOENT and ENOTDIR mean there is no such file; anything else
+// (EACCES, ENOEXEC, EISDIR...) that the file cannot be executed.
+func execFailure(err error) int {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, errNotInPath) {
+		return EnterNotFound
+	}
+	return EnterNotExecutable
+}
+
 // EnterSpec is what `enter` needs, read from the running task (its
 // /proc entry) by the driver.
 type EnterSpec struct {
@@ -179,6 +196,10 @@ func enterMain() int {
 		return fail(err)
 	}
 	path, err := enter(sp)
+	if errors.Is(err, errNotInPath) {
+		fail(err)
+		return EnterNotFound
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -198,7 +219,8 @@ func enterMain() int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	pid, err := syscall.ForkExec(path, sp.Args, &syscall.ProcAttr{Env: sp.Env, Files: []uintptr{0, 1, 2}, Sys: attr})
 	if err != nil {
-		return fail(fmt.Errorf("exec %s: %w", sp.Args[0], err))
+		fail(fmt.Errorf("exec %s: %w", sp.Args[0], err))
+		return execFailure(err)
 	}
 	go func() {
 		// Another thread than the locked one: still root, it may
@@ -307,8 +329,10 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("exec %s: not found in the task's PATH (%s)", name, pathVar)
+	return "", fmt.Errorf("exec %s: %w (%s)", name, errNotInPath, pathVar)
 }
+
+var errNotInPath = errors.New("not found in the task's PATH")
 
 // enterIdentity takes the task's user and capabilities: a root task's
 // permitted set (within its bounding set), a non-root one's ambient set.
