@@ -173,6 +173,9 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 		if r.it.Path != "" && !strings.Contains(why, r.it.Path) {
 			why = r.it.Path + ": " + why
 		}
+		if r.it.Rule != "" {
+			why += " [rule " + r.it.Rule + "]"
+		}
 		if r.it.Age != "" {
 			why += " [age " + r.it.Age + "]"
 		}
