@@ -45,7 +45,7 @@ func (h *ClientHost) AllocDir(id string) string { return filepath.Join(h.DataDir
 
 // ErrUntrustedState: a file or directory of Nomad's client state could be
 // written by someone other than root, so it proves nothing.
-var ErrUntrustedState = errors.New("Nomad's client state is not root's alone")
+var ErrUntrustedState = errors.New("the client state of Nomad is not root's alone")
 
 // ReadClientHost reads the client's identity under dataDir. The data dir,
 // its client dir and the files read must be root's and writable by root

@@ -14,7 +14,6 @@ import (
 	"github.com/berth/berth/netns"
 )
 
-
 // Metrics is what Run reports to (metrics.Metrics is one); nil is allowed.
 type Metrics interface {
 	Observer

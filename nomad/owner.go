@@ -368,7 +368,8 @@ func (o *Owner) Prefetch(ctx context.Context, ids []string) {
 			fds[fd.Target] = true
 		}
 	}
-	now := o.now()
+	// Real time, not o.now: the settle is about Nomad's pace.
+	now := time.Now()
 	o.mu.Lock()
 	o.clientFDs = fds
 	// gc asks about namespaces that no cache entry names: for an
@@ -511,11 +512,11 @@ func (o *Owner) awaitUnmount(ctx context.Context, id string) {
 	o.mu.Lock()
 	t, ok := o.delDone[id]
 	if !ok {
-		t = o.now()
+		t = time.Now()
 		o.delDone[id] = t
 	}
 	o.mu.Unlock()
-	if wait := o.settle - o.now().Sub(t); wait > 0 {
+	if wait := o.settle - time.Since(t); wait > 0 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
