@@ -194,6 +194,18 @@ func TestOwnerJudge(t *testing.T) {
 	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientReleased+":"+EvidenceCNICache {
 		t.Errorf("cache entry after the client released the allocation: %+v", v)
 	}
+	// A client that started after the allocation turned terminal never
+	// tears it down; nor one that is gone (its process no longer runs).
+	ow.Update(&Alloc{ID: complete, NodeID: nodeID, ClientStatus: "complete", ModifyIndex: 30, ModifyTime: ow.Host().Started.Add(-time.Minute).UnixNano()})
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientRestarted+":"+EvidenceCNICache {
+		t.Errorf("cache entry of an allocation terminal before its client started: %+v", v)
+	}
+	gone := *ow.host
+	gone.startTicks++ // its PID is another process's now
+	ow.host = &gone
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientGone+":"+EvidenceCNICache || !strings.Contains(v.Reason, "the client was killed") {
+		t.Errorf("cache entry, client gone: %+v", v)
+	}
 	// Without host evidence a namespace is not Nomad's, unless the
 	// operator opted in.
 	if v := ow.Judge(context.Background(), ns(complete)); v.Owned {
