@@ -117,14 +117,22 @@ func TestJanitor2NoNomadErrors(t *testing.T) {
 	rec := &recorder{reclaimed: map[string]int{}, rules: map[string]int{}}
 	runJanitor(t, a, nomad.Config{GracePeriod: "24h"}, testenv.ReferencePlugins, rec)
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+net))
-	waitFor2(t, 5*time.Minute, fmt.Sprintf("%d terminal allocations of the periodic job", want), func() bool {
+	// Enough allocations, and among them leaks of Nomad's (its EBUSY
+	// comes and goes with its Go GC's pace).
+	waitFor2(t, 5*time.Minute, fmt.Sprintf("%d terminal allocations of the periodic job, 3 of them leaked", want), func() bool {
 		n := 0
 		for _, al := range a.JobAllocs(t, "tick/") {
 			if al.Terminal() {
 				n++
 			}
 		}
-		return n >= want
+		busy := 0
+		for _, f := range unmountFailures(a.Log()) {
+			if f.busy {
+				busy++
+			}
+		}
+		return n >= want && busy >= 3
 	})
 	settle(t, a, "tick")
 	allocs := a.JobAllocs(t, "tick/")
@@ -148,7 +156,7 @@ func TestJanitor2NoNomadErrors(t *testing.T) {
 	rec.mu.Lock()
 	byRule := rec.rules["netns teardown-failed:alloc-dir"]
 	rec.mu.Unlock()
-	if byRule < busy {
+	if busy == 0 || byRule < busy {
 		t.Errorf("%d EBUSY leaks, %d namespaces reclaimed by rule teardown-failed:alloc-dir (rules %v)", busy, byRule, rec.rules)
 	}
 	t.Logf("%d allocations, %d EBUSY leaks of Nomad's, all reclaimed; reclaimed by rule: %v", len(allocs), busy, rec.rules)
