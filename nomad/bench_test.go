@@ -127,9 +127,17 @@ func BenchmarkReclaimLatency(b *testing.B) {
 	}()
 
 	b.ResetTimer()
-	a.Run(b, nomadtest.PeriodicJob("tick-a", "cni/"+net))
-	a.Run(b, nomadtest.PeriodicJob("tick-b", "cni/"+net))
-	deadline := time.Now().Add(15 * time.Minute)
+	// The seed's job, every second (NOMAD_JOBS of them, default 1: more
+	// put Nomad's one-at-a-time CNI calls minutes behind on 2 vCPUs, and
+	// its namespace handles are then finalized before its unmount: few
+	// leaks).
+	var jobs []string
+	for i := 0; i < envInt("NOMAD_JOBS", 1); i++ {
+		jobs = append(jobs, fmt.Sprintf("tick-%d", i))
+		a.Run(b, nomadtest.PeriodicJob(jobs[i], "cni/"+net))
+	}
+	limit := time.Duration(envInt("NOMAD_BENCH_MINUTES", 12)) * time.Minute
+	deadline := time.Now().Add(limit)
 	for {
 		done := 0
 		mu.Lock()
@@ -143,12 +151,13 @@ func BenchmarkReclaimLatency(b *testing.B) {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d leaked namespaces reclaimed after 15 min", done, want)
+			b.Errorf("only %d of %d leaked namespaces reclaimed after %s (reported below)", done, want, limit)
+			break
 		}
 		time.Sleep(time.Second)
 	}
 	b.StopTimer()
-	for _, j := range []string{"tick-a", "tick-b"} {
+	for _, j := range jobs {
 		_, _ = a.Nomad("job", "stop", "-detach", j)
 	}
 	// The last teardowns: a leak found later still counts.
