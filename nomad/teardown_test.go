@@ -119,7 +119,7 @@ func TestJanitor2NoNomadErrors(t *testing.T) {
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+net))
 	// Enough allocations, and among them leaks of Nomad's (its EBUSY
 	// comes and goes with its Go GC's pace).
-	waitFor2(t, 5*time.Minute, fmt.Sprintf("%d terminal allocations of the periodic job, 3 of them leaked", want), func() bool {
+	waitFor2(t, 5*time.Minute, fmt.Sprintf("%d terminal allocations of the periodic job, one of them leaked", want), func() bool {
 		n := 0
 		for _, al := range a.JobAllocs(t, "tick/") {
 			if al.Terminal() {
@@ -132,7 +132,7 @@ func TestJanitor2NoNomadErrors(t *testing.T) {
 				busy++
 			}
 		}
-		return n >= want && busy >= 3
+		return n >= want && busy >= 1
 	})
 	settle(t, a, "tick")
 	allocs := a.JobAllocs(t, "tick/")
