@@ -52,5 +52,5 @@ func (a *Agent) nomadBanner() string {
 		return "(off)"
 	}
 	s := a.set.nomad
-	return s.Address + " (reclaims what Nomad leaves; grace period " + s.Grace.String() + ")"
+	return s.Address + " (reclaims what Nomad leaves; data dir " + s.DataDir + ", teardown deadline " + s.TeardownWait.String() + ", grace period " + s.Grace.String() + ")"
 }

@@ -85,14 +85,16 @@ a flag given on the command line wins over the file. Both -config and
 	f.SetOutput(g.stderr)
 	f.StringVar(&file, "config", "", "HCL configuration file (settings given as flags win over it)")
 	own = node.BindFlags(f, &d)
-	// The nomad block's two flags; its other settings come from the file
-	// or the nomad CLI's environment (the token never from a flag).
-	var nomadAddr, nomadGrace string
+	// The nomad block's flags; its other settings come from the file or
+	// the nomad CLI's environment (the token never from a flag).
+	var nomadAddr, nomadGrace, nomadDataDir, nomadDeadline string
 	f.StringVar(&nomadAddr, "nomad-address", "", "reclaim what Nomad leaves on this node, asking this node's Nomad client agent at this address (as a nomad block; other settings from NOMAD_* variables)")
 	f.StringVar(&nomadGrace, "nomad-grace-period", "", "with a nomad block: reclaim what Nomad no longer knows once its evidence is older than this (default 1h)")
+	f.StringVar(&nomadDataDir, "nomad-data-dir", "", "with a nomad block: the Nomad agent's data_dir, where its client's identity and allocations are checked (default "+nomad.DefaultDataDir+")")
+	f.StringVar(&nomadDeadline, "nomad-teardown-deadline", "", "with a nomad block: how long a terminal allocation's CNI attachment is left to Nomad's own teardown while its client lives (default 10m)")
 	cmd.AddCommand(newAgentDrainCmd(g))
 	applyNomad = func(cfg *agent.Config) {
-		if nomadAddr == "" && nomadGrace == "" {
+		if nomadAddr == "" && nomadGrace == "" && nomadDataDir == "" && nomadDeadline == "" {
 			return
 		}
 		if cfg.Nomad == nil {
@@ -103,6 +105,12 @@ a flag given on the command line wins over the file. Both -config and
 		}
 		if nomadGrace != "" {
 			cfg.Nomad.GracePeriod = nomadGrace
+		}
+		if nomadDataDir != "" {
+			cfg.Nomad.DataDir = nomadDataDir
+		}
+		if nomadDeadline != "" {
+			cfg.Nomad.TeardownDeadline = nomadDeadline
 		}
 	}
 	return cmd

@@ -218,6 +218,9 @@ func (g *Globals) printGCReport(rep *gc.Report) error {
 		if r.Path != "" && !strings.Contains(why, r.Path) {
 			why = r.Path + ": " + why
 		}
+		if r.Rule != "" {
+			why += " [rule " + r.Rule + "]"
+		}
 		if r.Age != "" {
 			why += " [age " + r.Age + "]"
 		}

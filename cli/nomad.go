@@ -38,6 +38,9 @@ func (nf *nomadFlags) register(f *pflag.FlagSet, onFlag, onHelp string) {
 	f.StringVar(&nf.cfg.ClientKey, "nomad-client-key", "", "client key for Nomad's mutual TLS (env "+nomad.EnvClientKey+")")
 	f.StringVar(&nf.cfg.TLSServerName, "nomad-tls-server-name", "", "server name to verify Nomad's TLS certificate against (env "+nomad.EnvTLSServerName+")")
 	f.StringVar(&nf.cfg.GracePeriod, "nomad-grace-period", "", "reclaim what Nomad no longer knows only once its evidence is older than this (default 1h)")
+	f.StringVar(&nf.cfg.DataDir, "nomad-data-dir", "", "the Nomad agent's data_dir: the client's identity (client/client-id, client/state.db) and its allocations (alloc/<id>) are checked there, never at a path the API names (default "+nomad.DefaultDataDir+")")
+	f.StringVar(&nf.cfg.TeardownDeadline, "nomad-teardown-deadline", "", "how long a terminal allocation's CNI attachment is left to Nomad's own teardown while its client lives and holds the allocation (default 10m)")
+	f.BoolVar(&nf.cfg.ReclaimWithoutEvidence, "nomad-reclaim-without-evidence", false, "also take namespaces named by an allocation ID for Nomad's when the host has no evidence they were (no alloc dir, no libcni cache entry, not held by the client): other runtimes name namespaces by UUIDs too")
 }
 
 // needSwitch refuses --nomad-* flags without the switch that uses them.

@@ -130,7 +130,7 @@ func seriesNames(t *testing.T) map[string][]string {
 	m.AllocDone("complete")
 	m.SetPendingTeardowns(1)
 	m.AllocPhase("add", time.Millisecond)
-	m.NomadReclaimed("netns", 1)
+	m.NomadReclaimed("netns", "teardown-failed:alloc-dir", 1)
 	m.NomadAPIError("allocation")
 	m.NomadReclaimLatency(time.Second)
 	m.NomadConnected(true)

@@ -66,7 +66,9 @@ type Item struct {
 	// to Nomad"); Age how old the evidence is (a namespace's pin, a lease
 	// file), when the host tells; Holders the processes that live in its
 	// namespace.
-	Status  string `json:"status,omitempty"`
+	Status string `json:"status,omitempty"`
+	// Rule is the owner's rule that decided (Verdict.Rule).
+	Rule    string `json:"rule,omitempty"`
 	Age     string `json:"age,omitempty"`
 	Holders string `json:"holders,omitempty"`
 }
@@ -491,7 +493,7 @@ func (r *run) found(it Item) {
 	if r.o.DryRun {
 		msg = "gc would reclaim"
 	}
-	r.log.Info(msg, "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+	r.log.Info(msg, "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "rule", it.Rule, "reason", it.Reason)
 }
 
 func (r *run) reclaimed(it Item) {
@@ -513,7 +515,7 @@ func (r *run) reclaimed(it Item) {
 		r.log.Debug("gc sent CNI GC", "network", it.Network, "reason", it.Reason)
 		return
 	}
-	r.log.Info("gc reclaimed", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+	r.log.Info("gc reclaimed", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "rule", it.Rule, "reason", it.Reason)
 }
 
 // withdraw takes back a found item that turned out not to be garbage
@@ -541,7 +543,7 @@ func (r *run) withdraw(it Item, why string) {
 func (r *run) kept(it Item) {
 	r.rep.Kept = append(r.rep.Kept, it)
 	r.row(it, StateKept, "")
-	r.log.Info("gc kept", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "reason", it.Reason)
+	r.log.Info("gc kept", "kind", it.Kind, "id", it.ID, "network", it.Network, "path", it.Path, "rule", it.Rule, "reason", it.Reason)
 }
 
 func (r *run) fail(it Item, err error) {

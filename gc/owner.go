@@ -70,6 +70,9 @@ type Verdict struct {
 	Status string
 	// Reason is the evidence, for the report.
 	Reason string
+	// Rule names the owner's rule that decided (Item.Rule): which evidence
+	// made it dead, or why it is kept.
+	Rule string
 	// Netns is where the owner pinned the namespace of the attachment
 	// ("" if it has none): libcni caches written by older libcni record no
 	// namespace, and DEL must run while it still exists.
@@ -119,7 +122,7 @@ func fileSince(path string) time.Time {
 
 // ownerItem is the report item for something an owner judged.
 func ownerItem(kind, id, network, path string, o Owner, v Verdict, since time.Time, now time.Time) Item {
-	it := Item{Kind: kind, ID: id, Network: network, Path: path, Owner: o.Name(), Status: v.Status, Reason: v.Reason}
+	it := Item{Kind: kind, ID: id, Network: network, Path: path, Owner: o.Name(), Status: v.Status, Reason: v.Reason, Rule: v.Rule}
 	if !since.IsZero() {
 		it.Age = now.Sub(since).Round(time.Second).String()
 	}

@@ -163,8 +163,8 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"route", "method"}),
 		nomadReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "nomad_reclaimed_total",
-			Help: "Leftovers of Nomad allocations reclaimed (a nomad block), by kind (netns, cni-cache, lease, iptables).",
-		}, []string{"kind"}),
+			Help: "Leftovers of Nomad allocations reclaimed (a nomad block), by kind (netns, cni-cache, lease, iptables) and by the rule that proved them dead (e.g. teardown-failed:alloc-dir, client-gone:cni-cache, teardown-deadline:cni-cache).",
+		}, []string{"kind", "rule"}),
 		nomadAPIErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "nomad_api_errors_total",
 			Help: "Calls to the Nomad API that failed, by call (agent_self, node_allocations, allocation, event_stream); nothing is reclaimed on a failed answer.",
@@ -317,10 +317,10 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
 }
 
-// NomadReclaimed counts leftovers of Nomad's reclaimed, by kind.
-func (m *Metrics) NomadReclaimed(kind string, n int) {
+// NomadReclaimed counts leftovers of Nomad's reclaimed, by kind and rule.
+func (m *Metrics) NomadReclaimed(kind, rule string, n int) {
 	if n > 0 {
-		m.nomadReclaimed.WithLabelValues(kind).Add(float64(n))
+		m.nomadReclaimed.WithLabelValues(kind, rule).Add(float64(n))
 	}
 }
 

@@ -32,14 +32,14 @@ func TestGCReclaimsPeriodicLeaksSparesService(t *testing.T) {
 	t.Logf("%d leaked namespaces of %d allocations", len(leaked), len(a.JobAllocs(t, "tick/")))
 
 	// berth doctor --nomad sees the client agent.
-	out, errs, code := berth(t, append([]string{"doctor", "--nomad", "--nomad-address", a.Addr}, dirs(t)...)...)
+	out, errs, code := berth(t, append([]string{"doctor", "--nomad", "--nomad-address", a.Addr, "--nomad-data-dir", a.DataDir}, dirs(t)...)...)
 	for _, want := range []string{"OK     nomad: " + a.Addr + " is Nomad 1.6.5, the client agent of this node", "not terminal", "event stream answers"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor --nomad (exit %d) does not say %q:\n%s\n%s", code, want, out, errs)
 		}
 	}
 	// The human report names every leaked allocation and its status.
-	out, errs, code = berth(t, append([]string{"gc", "--nomad", "--dry-run", "--nomad-address", a.Addr, "--nomad-grace-period", "24h"}, dirs(t)...)...)
+	out, errs, code = berth(t, append([]string{"gc", "--nomad", "--dry-run", "--nomad-address", a.Addr, "--nomad-data-dir", a.DataDir, "--nomad-grace-period", "24h"}, dirs(t)...)...)
 	if code != 0 {
 		t.Fatalf("gc --nomad --dry-run: exit %d\n%s", code, errs)
 	}
@@ -184,6 +184,11 @@ func TestGCReclaimsPurgedOnlyPastGracePeriod(t *testing.T) {
 		only = append(only, "--only", id)
 	}
 
+	// Nomad's client destroyed their alloc dirs when the server forgot
+	// them: the host has no evidence left that they were Nomad's (but for
+	// the client still holding one open), and only the operator's opt-in
+	// makes them Nomad's.
+	only = append(only, "--nomad-reclaim-without-evidence")
 	// Within the grace period (the default, 1 h): kept, and said why.
 	rep, errs, code := gcNomad(t, a, only...)
 	if code != 0 {

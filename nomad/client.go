@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	napi "github.com/hashicorp/nomad/api"
@@ -98,9 +96,11 @@ type Node struct {
 	ID      string
 	Name    string
 	Version string
-	// DataDir and StateDir are the agent's data dir and the client's
-	// state dir (default <data dir>/client).
+	// DataDir and StateDir are the agent's data dir (as configured for
+	// berth) and the client's state dir (<data dir>/client).
 	DataDir, StateDir string
+	// Host is the client as this host knows it (node ID, process).
+	Host *ClientHost
 	// CNIConfigDir holds the networks of `network { mode = "cni/<name>" }`.
 	CNIConfigDir string
 	// Bridge* configure `network { mode = "bridge" }`.
@@ -140,8 +140,12 @@ type selfResponse struct {
 }
 
 // Self asks the agent who it is. It fails with ErrNotClient unless the
-// agent runs a client whose node ID is the one recorded in its state dir
-// on this host: another node's allocations must never judge this host.
+// agent runs a client whose node ID is the one recorded in the client
+// state under the data dir the operator configured (Settings.DataDir),
+// root's alone, and it is served by the process that holds that state
+// open: another node's allocations, or a stand-in that answers on the
+// address, must never judge this host. Paths the API names are only
+// compared with the configured ones.
 func (c *Client) Self(ctx context.Context) (*Node, error) {
 	var r selfResponse
 	if _, err := c.query(ctx, CallAgentSelf, "/v1/agent/self", &r, nil); err != nil {
@@ -152,14 +156,29 @@ func (c *Client) Self(ctx context.Context) (*Node, error) {
 	if cl == nil || !cl.Enabled || id == "" {
 		return nil, fmt.Errorf("nomad %s (%s): %w: the agent runs no client; point NOMAD_ADDR at this node's client agent", c.addr, r.Member.Name, ErrNotClient)
 	}
+	host, err := ReadClientHost(ctx, c.set.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("nomad %s is the client agent of node %s, but this host's Nomad state in data dir %s says nothing of it (%w): %w; run berth on the node whose client agent NOMAD_ADDR names, with Nomad's data_dir (--nomad-data-dir, data_dir)", c.addr, id, c.set.DataDir, err, ErrNotClient)
+	}
+	if host.NodeID != id {
+		return nil, fmt.Errorf("nomad %s is the client agent of node %s, but %s says this host is node %s: %w", c.addr, id, filepath.Join(host.StateDir(), "client-id"), host.NodeID, ErrNotClient)
+	}
+	for _, p := range []struct{ name, api, want string }{
+		{"data_dir", r.Config.DataDir, host.DataDir},
+		{"client.state_dir", cl.StateDir, host.StateDir()},
+	} {
+		if p.api != "" && !sameDir(p.api, p.want) {
+			return nil, fmt.Errorf("nomad %s reports %s %s, but the data dir configured for berth is %s: %w; give berth Nomad's data_dir", c.addr, p.name, p.api, host.DataDir, ErrNotClient)
+		}
+	}
+	if err := host.servesAPI(c.addr); err != nil {
+		return nil, fmt.Errorf("nomad %s: %w", c.addr, err)
+	}
 	n := &Node{
 		ID: id, Name: r.Member.Name, Version: r.Config.Version.Version,
-		DataDir: r.Config.DataDir, StateDir: cl.StateDir,
+		DataDir: host.DataDir, StateDir: host.StateDir(), Host: host,
 		CNIConfigDir: cl.CNIConfigDir,
 		BridgeName:   cl.BridgeNetworkName, BridgeSubnet: cl.BridgeNetworkSubnet, BridgeHairpin: cl.BridgeNetworkHairpinMode,
-	}
-	if n.StateDir == "" {
-		n.StateDir = filepath.Join(n.DataDir, "client")
 	}
 	if n.CNIConfigDir == "" {
 		n.CNIConfigDir = nomadCNIConfigDir
@@ -169,14 +188,6 @@ func (c *Client) Self(ctx context.Context) (*Node, error) {
 	}
 	if n.BridgeSubnet == "" {
 		n.BridgeSubnet = nomadBridgeSubnet
-	}
-	idFile := filepath.Join(n.StateDir, "client-id")
-	b, err := os.ReadFile(idFile)
-	if err != nil {
-		return nil, fmt.Errorf("nomad %s is the client agent of node %s, but this host's Nomad state says nothing of it (%w): %w; run berth on the node whose client agent NOMAD_ADDR names", c.addr, id, err, ErrNotClient)
-	}
-	if got := strings.TrimSpace(string(b)); got != id {
-		return nil, fmt.Errorf("nomad %s is the client agent of node %s, but %s says this host is node %s: %w", c.addr, id, idFile, got, ErrNotClient)
 	}
 	return n, nil
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -48,10 +49,15 @@ const (
 	// allocations it garbage-collected, and a grace period keeps anything
 	// that might be in the making from being judged on a missing answer.
 	DefaultGracePeriod = time.Hour
-	// DefaultTeardownWait is how long after an allocation turned terminal
-	// its libcni cache entry is left to Nomad's own teardown (a DEL in
-	// flight) before berth DELs it.
-	DefaultTeardownWait = time.Minute
+	// DefaultTeardownWait is the deadline of Nomad's own teardown: how
+	// long after an allocation turned terminal its libcni cache entry (a
+	// DEL Nomad has yet to run) is left to Nomad while its client is alive
+	// and still holds the allocation. Well above Nomad's own pace (its CNI
+	// calls run one at a time, a minute behind on a busy 2-vCPU node).
+	DefaultTeardownWait = 10 * time.Minute
+	// DefaultDataDir is the data_dir of Nomad's packaged configuration
+	// (/etc/nomad.d/nomad.hcl).
+	DefaultDataDir = "/opt/nomad/data"
 	// AllNamespaces is the namespace whose events are followed by
 	// default: allocations of every namespace run on a node.
 	AllNamespaces = "*"
@@ -79,6 +85,19 @@ type Config struct {
 	TLSServerName string `hcl:"tls_server_name,optional"`
 	// GracePeriod is a Go duration (default "1h"): see DefaultGracePeriod.
 	GracePeriod string `hcl:"grace_period,optional"`
+	// DataDir is the Nomad agent's data_dir as the operator configured it
+	// (default DefaultDataDir). The client's identity and the host
+	// evidence of its allocations are read there, never at a path the
+	// API names.
+	DataDir string `hcl:"data_dir,optional"`
+	// TeardownDeadline is a Go duration (default "10m"): see
+	// DefaultTeardownWait.
+	TeardownDeadline string `hcl:"teardown_deadline,optional"`
+	// ReclaimWithoutEvidence: namespaces named by an allocation ID with no
+	// host evidence that they were Nomad's (no alloc dir under DataDir, no
+	// libcni cache entry, not held by Nomad's client) are Nomad's too. Off
+	// by default: other runtimes name namespaces by UUIDs as well.
+	ReclaimWithoutEvidence bool `hcl:"reclaim_without_evidence,optional"`
 }
 
 // FromEnv reads the nomad CLI's environment through getenv (os.Getenv).
@@ -114,6 +133,9 @@ func (c Config) Over(over Config) Config {
 	pick(&c.ClientKey, over.ClientKey)
 	pick(&c.TLSServerName, over.TLSServerName)
 	pick(&c.GracePeriod, over.GracePeriod)
+	pick(&c.DataDir, over.DataDir)
+	pick(&c.TeardownDeadline, over.TeardownDeadline)
+	c.ReclaimWithoutEvidence = c.ReclaimWithoutEvidence || over.ReclaimWithoutEvidence
 	return c
 }
 
@@ -148,6 +170,20 @@ func (c Config) Check() (Settings, error) {
 		}
 		s.Grace = d
 	}
+	if c.TeardownDeadline != "" {
+		d, err := time.ParseDuration(c.TeardownDeadline)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Sprintf("teardown_deadline %q: use a duration such as \"10m\"", c.TeardownDeadline))
+		}
+		s.TeardownWait = d
+	}
+	if s.DataDir == "" {
+		s.DataDir = DefaultDataDir
+	}
+	if !filepath.IsAbs(s.DataDir) {
+		errs = append(errs, fmt.Sprintf("data_dir %q: use the absolute data_dir of this node's Nomad agent", s.DataDir))
+	}
+	s.DataDir = filepath.Clean(s.DataDir)
 	if (s.ClientCert == "") != (s.ClientKey == "") {
 		errs = append(errs, "client_cert and client_key go together (NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY)")
 	}

@@ -26,10 +26,11 @@ func Check(ctx context.Context, cfg Config) []doctor.Check {
 	}
 	node, err := c.Self(ctx)
 	if err != nil {
-		return fail(err.Error(), "point --nomad-address or NOMAD_ADDR at this node's Nomad client agent, with a token allowed agent:read (NOMAD_TOKEN)")
+		return fail(err.Error(), "point --nomad-address or NOMAD_ADDR at this node's Nomad client agent, with a token allowed agent:read (NOMAD_TOKEN), and --nomad-data-dir at its data_dir")
 	}
 	checks := []doctor.Check{{Name: name, Status: doctor.StatusOK,
-		Message: fmt.Sprintf("%s is Nomad %s, the client agent of this node (%s, %s); CNI config dir %s, bridge %s (%s)", c.Address(), node.Version, node.ID, node.Name, node.CNIConfigDir, node.BridgeName, node.BridgeSubnet)}}
+		Message: fmt.Sprintf("%s is Nomad %s, the client agent of this node (%s, %s), served by pid %d which holds the client state in %s; CNI config dir %s, bridge %s (%s)",
+			c.Address(), node.Version, node.ID, node.Name, node.Host.PID, node.StateDir, node.CNIConfigDir, node.BridgeName, node.BridgeSubnet)}}
 	allocs, _, err := c.NodeAllocations(ctx, node.ID)
 	if err != nil {
 		return append(checks, fail(err.Error(), "give the token node:read (NOMAD_TOKEN)")...)

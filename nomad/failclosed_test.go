@@ -15,23 +15,37 @@ import (
 
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/netns"
+	"github.com/berth/berth/nomad/nomadtest"
 	"github.com/berth/berth/runner"
 )
 
 // fakeNomad answers as a Nomad client agent would, with failures where
 // the test asks for them.
 type fakeNomad struct {
-	nodeID   string
+	nodeID string
+	// stateDir is the data dir it reports: the host state this test
+	// process holds (nomadtest.FakeClientState), so that it passes for
+	// the node's client.
 	stateDir string
 	// fail maps a path prefix to the status it answers with.
 	fail map[string]int
+	// lie: every allocation asked about is complete, on this node.
+	lie bool
 }
 
-func newFakeNomad(t *testing.T, fail map[string]int) (*fakeNomad, string) {
+// newFakeNomad serves a fake client agent on 127.0.0.1; allocs get alloc
+// dirs in its data dir.
+func newFakeNomad(t *testing.T, fail map[string]int, allocs ...string) (*fakeNomad, string) {
 	t.Helper()
-	f := &fakeNomad{nodeID: runner.NewAllocID(), stateDir: t.TempDir(), fail: fail}
-	testenv.Must(t, os.MkdirAll(filepath.Join(f.stateDir, "client"), 0o700))
-	testenv.Must(t, os.WriteFile(filepath.Join(f.stateDir, "client", "client-id"), []byte(f.nodeID), 0o600))
+	f := &fakeNomad{nodeID: runner.NewAllocID(), fail: fail}
+	f.stateDir = nomadtest.FakeClientState(t, f.nodeID, allocs...)
+	return f, serveFake(t, f)
+}
+
+// serveFake serves f on 127.0.0.1 until the test ends and returns its
+// address.
+func serveFake(t *testing.T, f *fakeNomad) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	testenv.Must(t, err)
 	srv := httptest.NewUnstartedServer(f)
@@ -39,7 +53,7 @@ func newFakeNomad(t *testing.T, fail map[string]int) (*fakeNomad, string) {
 	srv.Listener = l
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return f, srv.URL
+	return srv.URL
 }
 
 func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,6 +74,10 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	case r.URL.Path == "/v1/node/"+f.nodeID+"/allocations":
 		_, _ = w.Write([]byte("[]"))
+	case f.lie && strings.HasPrefix(r.URL.Path, "/v1/allocation/"):
+		_ = json.NewEncoder(w).Encode(map[string]any{"ID": strings.TrimPrefix(r.URL.Path, "/v1/allocation/"), "NodeID": f.nodeID,
+			"JobID": "lie", "TaskGroup": "g", "Namespace": "default", "ClientStatus": "complete", "DesiredStatus": "run",
+			"ModifyIndex": 9, "ModifyTime": time.Now().Add(-time.Hour).UnixNano()})
 	default:
 		http.NotFound(w, r)
 	}
@@ -95,28 +113,28 @@ func TestGCNomadUnreachableTouchesNothing(t *testing.T) {
 	testenv.Must(t, err)
 	closed := "http://" + l.Addr().String()
 	l.Close()
-	_, selfDenied := newFakeNomad(t, map[string]int{"/v1/agent/self": http.StatusForbidden})
-	_, listFails := newFakeNomad(t, map[string]int{"/v1/node/": http.StatusInternalServerError})
-	_, lookupFails := newFakeNomad(t, map[string]int{"/v1/allocation/": http.StatusInternalServerError})
+	fSelf, selfDenied := newFakeNomad(t, map[string]int{"/v1/agent/self": http.StatusForbidden}, ids...)
+	fList, listFails := newFakeNomad(t, map[string]int{"/v1/node/": http.StatusInternalServerError}, ids...)
+	fLookup, lookupFails := newFakeNomad(t, map[string]int{"/v1/allocation/": http.StatusInternalServerError}, ids...)
 
 	for _, tc := range []struct {
-		name, addr string
-		want       []string
+		name, addr, dataDir string
+		want                []string
 	}{
-		{"connection refused", closed, []string{"connection refused", "nothing was reclaimed"}},
-		{"agent self forbidden", selfDenied, []string{"403", "nothing was reclaimed"}},
-		{"node allocations fail", listFails, []string{"500", "nothing was reclaimed"}},
-		{"allocation lookups fail", lookupFails, []string{"could not tell whether it is in use", "500"}},
-		{"not a local client", "", []string{"this host's Nomad state says nothing", "nothing was reclaimed"}},
+		{"connection refused", closed, fSelf.stateDir, []string{"connection refused", "nothing was reclaimed"}},
+		{"agent self forbidden", selfDenied, fSelf.stateDir, []string{"403", "nothing was reclaimed"}},
+		{"node allocations fail", listFails, fList.stateDir, []string{"500", "nothing was reclaimed"}},
+		{"allocation lookups fail", lookupFails, fLookup.stateDir, []string{"could not tell whether it is in use", "500"}},
+		{"not a local client", "", "", []string{"this host's Nomad state in data dir", "says nothing of it", "nothing was reclaimed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := tc.addr
+			addr, dataDir := tc.addr, tc.dataDir
 			if addr == "" {
-				f, u := newFakeNomad(t, nil)
+				f, u := newFakeNomad(t, nil, ids...)
 				testenv.Must(t, os.Remove(filepath.Join(f.stateDir, "client", "client-id")))
-				addr = u
+				addr, dataDir = u, f.stateDir
 			}
-			args := append([]string{"gc", "--nomad", "--nomad-address", addr}, dirs(t)...)
+			args := append([]string{"gc", "--nomad", "--nomad-address", addr, "--nomad-data-dir", dataDir}, dirs(t)...)
 			out, errs, code := berth(t, append(args, only...)...)
 			if code != 1 {
 				t.Errorf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errs)
@@ -155,13 +173,14 @@ func TestDoctorNomadUnreachable(t *testing.T) {
 }
 
 // A fake Nomad that answers 404 for every allocation: the planted
-// namespaces are unknown to it, and go once past the grace period. (The
-// benchmark of one pass over many such namespaces is BenchmarkGCPass.)
+// namespaces, which have alloc dirs in its data dir, are unknown to it,
+// and go once past the grace period. (The benchmark of one pass over many
+// such namespaces is BenchmarkGCPass.)
 func TestGCNomadUnknownPastGrace(t *testing.T) {
 	testenv.RequireRoot(t)
 	ids := plantNamespaces(t, 4)
-	_, addr := newFakeNomad(t, nil)
-	args := append([]string{"gc", "--nomad", "--json", "--nomad-address", addr}, dirs(t)...)
+	f, addr := newFakeNomad(t, nil, ids...)
+	args := append([]string{"gc", "--nomad", "--json", "--nomad-address", addr, "--nomad-data-dir", f.stateDir}, dirs(t)...)
 	for _, id := range ids {
 		args = append(args, "--only", id)
 	}
@@ -184,7 +203,7 @@ func TestGCNomadUnknownPastGrace(t *testing.T) {
 			t.Errorf("%s not reclaimed past the grace period:\n%s", id, out)
 		}
 	}
-	if !strings.Contains(out, fmt.Sprintf("Nomad does not know allocation %s", ids[0])) {
+	if !strings.Contains(out, fmt.Sprintf("Nomad does not know allocation %s", ids[0])) || !strings.Contains(out, `"rule": "unknown-past-grace:alloc-dir"`) {
 		t.Errorf("report without the evidence:\n%s", out)
 	}
 }

@@ -5,17 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/berth/berth/gc"
+	"github.com/berth/berth/netns"
 )
 
 // Metrics is what Run reports to (metrics.Metrics is one); nil is allowed.
 type Metrics interface {
 	Observer
-	// NomadReclaimed counts leftovers of Nomad's reclaimed, by gc kind.
-	NomadReclaimed(kind string, n int)
+	// NomadReclaimed counts leftovers of Nomad's reclaimed, by gc kind
+	// and the rule that proved them dead (gc.Item.Rule).
+	NomadReclaimed(kind, rule string, n int)
 	// NomadReclaimLatency observes how long after an allocation turned
 	// terminal its leftovers were gone.
 	NomadReclaimLatency(d time.Duration)
@@ -128,7 +132,13 @@ func (j *janitor) session(ctx context.Context) error {
 	}
 	j.connected(true)
 	j.log.Info("following Nomad's allocations", "address", c.Address(), "node", node.ID, "node_name", node.Name, "nomad", node.Version,
-		"cni_config_dir", node.CNIConfigDir, "networks", len(ow.Networks()), "grace_period", j.o.Settings.Grace)
+		"data_dir", node.DataDir, "client_pid", node.Host.PID, "cni_config_dir", node.CNIConfigDir, "networks", len(ow.Networks()),
+		"grace_period", j.o.Settings.Grace, "teardown_deadline", j.o.Settings.TeardownWait)
+	// Terminal allocations whose teardown may still be under way are
+	// followed as those that turn terminal from now on.
+	for _, a := range ow.Terminal() {
+		j.track(ctx, ow, a)
+	}
 	j.reconcile(ctx, ow, "start", false)
 	var tick <-chan time.Time
 	if j.o.Interval > 0 {
@@ -165,6 +175,12 @@ func (j *janitor) event(ctx context.Context, ow *Owner, ev AllocEvent) {
 	if !a.Terminal() {
 		return
 	}
+	j.track(ctx, ow, a)
+}
+
+// track reclaims a terminal allocation's leftovers (reclaimAlloc) unless
+// that is under way or done.
+func (j *janitor) track(ctx context.Context, ow *Owner, a *Alloc) {
 	j.mu.Lock()
 	_, finished := j.done[a.ID]
 	if finished || j.pending[a.ID] {
@@ -192,7 +208,15 @@ func (j *janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
 		j.mu.Unlock()
 	}()
 	log := j.log.With("alloc_id", a.ID, "job", a.JobID, "status", a.ClientStatus)
+	switch j.awaitTeardown(ctx, ow, a) {
+	case teardownCancelled:
+		return
+	case teardownClean:
+		ow.Forget(a.ID)
+		return
+	}
 	reclaimedNetns := false
+	rules := map[string]bool{}
 	for attempt := 0; ; attempt++ {
 		rep, err := j.collect(ctx, ow, []string{a.ID})
 		if ctx.Err() != nil {
@@ -203,6 +227,9 @@ func (j *janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
 				if it.Kind == gc.KindNetns {
 					reclaimedNetns = true
 				}
+				if it.Rule != "" {
+					rules[it.Rule] = true
+				}
 			}
 		}
 		if err == nil && rep != nil && settled(rep) {
@@ -210,7 +237,7 @@ func (j *janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
 				j.o.Metrics.NomadReclaimLatency(time.Since(a.Modified()))
 			}
 			if len(rep.Found) > 0 || reclaimedNetns {
-				log.Info("reclaimed what Nomad left of a terminal allocation", "attempts", attempt+1, "since_terminal", time.Since(a.Modified()).Round(time.Millisecond))
+				log.Info("reclaimed what Nomad left of a terminal allocation", "attempts", attempt+1, "since_terminal", time.Since(a.Modified()).Round(time.Millisecond), "rules", sortedKeys(rules))
 			}
 			ow.Forget(a.ID)
 			return
@@ -225,6 +252,59 @@ func (j *janitor) reclaimAlloc(ctx context.Context, ow *Owner, a *Alloc) {
 		case <-time.After(retryDelays[attempt]):
 		}
 	}
+}
+
+// teardownPoll is how often a terminal allocation's teardown by Nomad is
+// checked for (its libcni cache entry, its client, its alloc dir).
+const teardownPoll = 100 * time.Millisecond
+
+type teardownEnd int
+
+const (
+	// teardownDone: Nomad's DEL is done, and its namespace still there
+	// (Nomad's unmount failed, or is about to run), or Nomad will not
+	// tear it down (TeardownOver): collect.
+	teardownDone teardownEnd = iota
+	// teardownClean: Nomad's teardown is done and left nothing.
+	teardownClean
+	teardownCancelled
+)
+
+// awaitTeardown waits for Nomad to tear the allocation down: its CNI DEL
+// (the libcni cache entry gone; its unmount follows at once, and Judge
+// gives it unmountSettle), or until Nomad will not (its client gone,
+// restarted or done with the allocation, or the deadline past). berth
+// never goes before Nomad: that would make Nomad's own teardown fail.
+func (j *janitor) awaitTeardown(ctx context.Context, ow *Owner, a *Alloc) teardownEnd {
+	for {
+		cached, err := ow.Cached(ctx, a.ID)
+		if err == nil && !cached {
+			ow.NoteDelDone(a.ID, time.Now())
+			if ok, _ := netns.IsPinned(filepath.Join(ow.netnsDir, a.ID)); !ok {
+				// Nomad's DEL succeeded (libcni drops the entry only
+				// then) and its unmount too: nothing is left.
+				return teardownClean
+			}
+			return teardownDone
+		}
+		if err == nil && ow.TeardownOver(a) != "" {
+			return teardownDone
+		}
+		select {
+		case <-ctx.Done():
+			return teardownCancelled
+		case <-time.After(teardownPoll):
+		}
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // settled: the run reclaimed all it found, kept nothing and failed nowhere.
@@ -278,14 +358,15 @@ func (j *janitor) collect(ctx context.Context, ow *Owner, ids []string) (*gc.Rep
 	}
 	rep, err := gc.Run(ctx, o)
 	if rep != nil && j.o.Metrics != nil {
-		by := map[string]int{}
+		type key struct{ kind, rule string }
+		by := map[key]int{}
 		for _, it := range rep.Reclaimed {
 			if it.Owner != "" {
-				by[it.Kind]++
+				by[key{it.Kind, it.Rule}]++
 			}
 		}
 		for k, n := range by {
-			j.o.Metrics.NomadReclaimed(k, n)
+			j.o.Metrics.NomadReclaimed(k.kind, k.rule, n)
 		}
 	}
 	if err != nil {

@@ -44,7 +44,7 @@ func submitJanitor(t *testing.T, a *nomadtest.Agent, data, run string) {
 	src, err := os.ReadFile("../examples/nomad/berth-janitor.nomad.hcl")
 	testenv.Must(t, err)
 	a.Run(t, string(src),
-		"berth="+bin, "nomad_addr="+a.Addr, "data_dir="+data, "run_dir="+run,
+		"berth="+bin, "nomad_addr="+a.Addr, "nomad_data_dir="+a.DataDir, "data_dir="+data, "run_dir="+run,
 		"cni_path="+testenv.ReferencePlugins, "grace_period=24h", "gc_interval=1m")
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -103,13 +103,13 @@ func TestJanitorJobReclaimsLeaks(t *testing.T) {
 	waitGone(t, a, all, 30*time.Second)
 	assertSpared(t, a, svc, svcIP, net)
 
-	if n := metric(t, run, `berth_nomad_reclaimed_total{kind="netns"}`); n < float64(len(before)) {
-		t.Errorf("berth_nomad_reclaimed_total{kind=\"netns\"} = %v, want at least %d", n, len(before))
+	if n := metric(t, run, `berth_nomad_reclaimed_total{kind="netns",rule="teardown-failed:alloc-dir"}`); n < float64(len(before)) {
+		t.Errorf("berth_nomad_reclaimed_total{kind=\"netns\",rule=\"teardown-failed:alloc-dir\"} = %v, want at least %d", n, len(before))
 	}
 	if v := metric(t, run, "berth_nomad_connected"); v != 1 {
 		t.Errorf("berth_nomad_connected = %v", v)
 	}
-	t.Logf("%d allocations of the periodic job, %v namespaces reclaimed by the janitor", len(all), metric(t, run, `berth_nomad_reclaimed_total{kind="netns"}`))
+	t.Logf("%d allocations of the periodic job, %v namespaces reclaimed by the janitor", len(all), metric(t, run, `berth_nomad_reclaimed_total{kind="netns",rule="teardown-failed:alloc-dir"}`))
 }
 
 func waitGone(t *testing.T, a *nomadtest.Agent, ids []string, within time.Duration) {
@@ -139,12 +139,17 @@ type recorder struct {
 	errors    int
 	connected bool
 	reclaimed map[string]int
+	// rules counts by "<kind> <rule>" when set.
+	rules map[string]int
 }
 
 func (r *recorder) NomadAPIError(string) { r.mu.Lock(); r.errors++; r.mu.Unlock() }
-func (r *recorder) NomadReclaimed(kind string, n int) {
+func (r *recorder) NomadReclaimed(kind, rule string, n int) {
 	r.mu.Lock()
 	r.reclaimed[kind] += n
+	if r.rules != nil {
+		r.rules[kind+" "+rule] += n
+	}
 	r.mu.Unlock()
 }
 func (r *recorder) NomadReclaimLatency(time.Duration) {}
@@ -180,7 +185,11 @@ func TestJanitorWaitsForNomad(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	m := attach.New(attach.Options{Netns: mgr, ConfDir: t.TempDir(), Store: st, LockDir: t.TempDir(),
 		CNI: cni.NewClient(cni.Options{CacheDir: t.TempDir(), Rules: hostclean.Rules{}})})
-	s, err := nomad.Config{Address: "http://" + addr, GracePeriod: "0s"}.Check()
+	// Nomad's host state (this process holds it), with the namespaces'
+	// alloc dirs: the host's evidence that they were Nomad's.
+	nodeID := runner.NewAllocID()
+	dataDir := nomadtest.FakeClientState(t, nodeID, ids...)
+	s, err := nomad.Config{Address: "http://" + addr, GracePeriod: "0s", DataDir: dataDir}.Check()
 	testenv.Must(t, err)
 	rec := &recorder{reclaimed: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,9 +214,7 @@ func TestJanitorWaitsForNomad(t *testing.T) {
 	}
 
 	// Nomad comes up on that address: every allocation is unknown to it.
-	f := &fakeNomad{nodeID: runner.NewAllocID(), stateDir: t.TempDir()}
-	testenv.Must(t, os.MkdirAll(filepath.Join(f.stateDir, "client"), 0o700))
-	testenv.Must(t, os.WriteFile(filepath.Join(f.stateDir, "client", "client-id"), []byte(f.nodeID), 0o600))
+	f := &fakeNomad{nodeID: nodeID, stateDir: dataDir}
 	l, err = net.Listen("tcp", addr)
 	testenv.Must(t, err)
 	srv := &http.Server{Handler: f}

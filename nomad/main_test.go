@@ -59,7 +59,7 @@ func dirs(t *testing.T) []string {
 // gcNomad runs `berth gc --nomad --json` against agent a and decodes the report.
 func gcNomad(t *testing.T, a *nomadtest.Agent, extra ...string) (*gc.Report, string, int) {
 	t.Helper()
-	args := append([]string{"gc", "--nomad", "--json", "--nomad-address", a.Addr}, dirs(t)...)
+	args := append([]string{"gc", "--nomad", "--json", "--nomad-address", a.Addr, "--nomad-data-dir", a.DataDir}, dirs(t)...)
 	out, errs, code := berth(t, append(args, extra...)...)
 	var rep gc.Report
 	if out != "" {

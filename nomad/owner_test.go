@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth/berth/gc"
 	"github.com/berth/berth/metrics"
+	"github.com/berth/berth/nomad/nomadtest"
 )
 
 const (
@@ -26,6 +27,8 @@ const (
 	elsewhere = "aaaaaaaa-0000-0000-0000-000000000003"
 	purged    = "aaaaaaaa-0000-0000-0000-000000000004"
 	broken    = "aaaaaaaa-0000-0000-0000-000000000005"
+	// noDir is unknown to Nomad and has no alloc dir.
+	noDir = "aaaaaaaa-0000-0000-0000-000000000006"
 )
 
 // fakeAPI is a Nomad client agent for unit tests: this node runs
@@ -68,18 +71,23 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func newTestOwner(t *testing.T, now *time.Time) (*Owner, *fakeAPI) {
+// newTestOwner connects to a fake client agent whose host state this
+// process holds (nomadtest.FakeClientState): the allocations of the test
+// have alloc dirs, but for noDir.
+func newTestOwner(t *testing.T, now *time.Time, cfg ...Config) (*Owner, *fakeAPI) {
 	t.Helper()
-	f := &fakeAPI{dir: t.TempDir(), end: now.Add(-10 * time.Minute)}
-	if err := os.MkdirAll(filepath.Join(f.dir, "client"), 0o700); err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Skip("the client state must be root's: run as root")
 	}
-	if err := os.WriteFile(filepath.Join(f.dir, "client", "client-id"), []byte(nodeID+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	f := &fakeAPI{end: now.Add(-10 * time.Minute)}
+	f.dir = nomadtest.FakeClientState(t, nodeID, running, complete, elsewhere, purged, broken)
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	s, err := Config{Address: srv.URL}.Check()
+	c := Config{Address: srv.URL, DataDir: f.dir}
+	for _, o := range cfg {
+		c = c.Over(o)
+	}
+	s, err := c.Check()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +99,9 @@ func newTestOwner(t *testing.T, now *time.Time) (*Owner, *fakeAPI) {
 }
 
 func TestOwnerJudge(t *testing.T) {
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	// After the "client" (this process) started: an allocation that
+	// turned terminal before would be one it never tears down.
+	now := time.Now().Add(time.Hour).Truncate(time.Second)
 	ow, f := newTestOwner(t, &now)
 	if ow.Node().BridgeName != "br0" || ow.Networks()[BridgeNetwork] == nil {
 		t.Fatalf("node %+v, networks %v", ow.Node(), ow.Networks())
@@ -110,7 +120,8 @@ func TestOwnerJudge(t *testing.T) {
 		{"not an allocation ID", gc.Claim{Kind: gc.KindNetns, ID: "btgc-x", Path: "/run/netns/btgc-x"}, false, false, false, false, ""},
 		{"namespace elsewhere", gc.Claim{Kind: gc.KindNetns, ID: running, Path: "/tmp/" + running}, false, false, false, false, ""},
 		{"running", ns(running), true, true, false, false, "is running"},
-		{"complete", ns(complete), true, false, true, false, "is complete since 10m0s"},
+		{"complete", ns(complete), true, false, true, false, "is complete since 10m0s; Nomad's CNI DEL is done"},
+		{"unknown, no host evidence", ns(noDir), false, false, false, false, ""},
 		{"complete, lease", gc.Claim{Kind: gc.KindLease, ID: complete, Network: "n"}, true, false, true, false, "is complete"},
 		{"another node's, failed", ns(elsewhere), true, false, true, false, "of node other-node is failed"},
 		{"unknown, old", ns(purged), true, false, true, false, "past the grace period of 1h0m0s"},
@@ -129,18 +140,21 @@ func TestOwnerJudge(t *testing.T) {
 			if tc.owned && v.Netns != "/run/netns/"+tc.claim.ID {
 				t.Errorf("netns %q", v.Netns)
 			}
+			if tc.owned && tc.claim.Kind == gc.KindNetns && !tc.live && !tc.err && !strings.HasSuffix(v.Rule, ":"+EvidenceAllocDir) {
+				t.Errorf("rule %q does not name the alloc dir", v.Rule)
+			}
 		})
 	}
 
 	// After a failure no other lookup is tried until the next Refresh.
 	n := f.lookups.Load()
-	if v := ow.Judge(context.Background(), ns("aaaaaaaa-0000-0000-0000-000000000009")); v.Err == nil || f.lookups.Load() != n {
+	if v := ow.Judge(context.Background(), gc.Claim{Kind: gc.KindLease, ID: "aaaaaaaa-0000-0000-0000-000000000009", Network: "n"}); v.Err == nil || f.lookups.Load() != n {
 		t.Errorf("lookup after a failure: %+v (%d calls, were %d)", v, f.lookups.Load(), n)
 	}
 	if _, err := ow.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v := ow.Judge(context.Background(), ns("aaaaaaaa-0000-0000-0000-000000000009")); v.Err != nil || !v.Dead {
+	if v := ow.Judge(context.Background(), gc.Claim{Kind: gc.KindLease, ID: "aaaaaaaa-0000-0000-0000-000000000009", Network: "n", Since: now.Add(-2 * time.Hour)}); v.Err != nil || !v.Dead || v.Rule != RuleUnknownPastGrace+":"+EvidenceLease {
 		t.Errorf("after Refresh: %+v", v)
 	}
 
@@ -151,28 +165,100 @@ func TestOwnerJudge(t *testing.T) {
 	}
 
 	// A libcni cache entry of a terminal allocation is left to Nomad's
-	// own teardown for a while.
+	// own teardown while its client lives and holds the allocation, up to
+	// the deadline.
 	fresh := &Alloc{ID: complete, NodeID: nodeID, ClientStatus: "complete", ModifyIndex: 20, ModifyTime: now.Add(-5 * time.Second).UnixNano()}
 	ow.Update(fresh)
 	cache := gc.Claim{Kind: gc.KindCNICache, ID: complete, Network: "n"}
-	if v := ow.Judge(context.Background(), cache); v.Dead || v.Live || !strings.Contains(v.Reason, "Nomad's own teardown") {
+	if v := ow.Judge(context.Background(), cache); v.Dead || v.Live || !strings.Contains(v.Reason, "Nomad's own teardown") || v.Rule != RuleAwaitingTeardown+":"+EvidenceCNICache {
 		t.Errorf("cache entry 5 s after terminal: %+v", v)
 	}
-	if v := ow.Judge(context.Background(), ns(complete)); !v.Dead {
+	if v := ow.Judge(context.Background(), ns(complete)); !v.Dead || v.Rule != RuleTeardownFailed+":"+EvidenceAllocDir {
 		t.Errorf("namespace 5 s after terminal: %+v", v)
 	}
 	// Older news does not win.
 	ow.Update(&Alloc{ID: complete, NodeID: nodeID, ClientStatus: "running", ModifyIndex: 5})
 	now = now.Add(2 * time.Minute)
-	if v := ow.Judge(context.Background(), cache); !v.Dead {
-		t.Errorf("cache entry 2 min after terminal: %+v", v)
+	if v := ow.Judge(context.Background(), cache); v.Dead {
+		t.Errorf("cache entry 2 min after terminal, client alive: %+v", v)
+	}
+	now = now.Add(DefaultTeardownWait)
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleTeardownDeadline+":"+EvidenceCNICache {
+		t.Errorf("cache entry past the deadline: %+v", v)
+	}
+	now = now.Add(-DefaultTeardownWait)
+	// The client is done with it (its alloc dir is gone).
+	if err := os.Remove(filepath.Join(f.dir, "alloc", complete)); err != nil {
+		t.Fatal(err)
+	}
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientReleased+":"+EvidenceCNICache {
+		t.Errorf("cache entry after the client released the allocation: %+v", v)
+	}
+	// A client that started after the allocation turned terminal never
+	// tears it down; nor one that is gone (its process no longer runs).
+	ow.Update(&Alloc{ID: complete, NodeID: nodeID, ClientStatus: "complete", ModifyIndex: 30, ModifyTime: ow.Host().Started.Add(-time.Minute).UnixNano()})
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientRestarted+":"+EvidenceCNICache {
+		t.Errorf("cache entry of an allocation terminal before its client started: %+v", v)
+	}
+	gone := *ow.host
+	gone.startTicks++ // its PID is another process's now
+	ow.host = &gone
+	if v := ow.Judge(context.Background(), cache); !v.Dead || v.Rule != RuleClientGone+":"+EvidenceCNICache || !strings.Contains(v.Reason, "the client was killed") {
+		t.Errorf("cache entry, client gone: %+v", v)
+	}
+	// Without host evidence a namespace is not Nomad's, unless the
+	// operator opted in.
+	if v := ow.Judge(context.Background(), ns(complete)); v.Owned {
+		t.Errorf("namespace without alloc dir: %+v", v)
+	}
+	opt, _ := newTestOwner(t, &now, Config{ReclaimWithoutEvidence: true})
+	if v := opt.Judge(context.Background(), ns(noDir)); !v.Dead || v.Rule != RuleUnknownPastGrace+":"+EvidenceOptIn {
+		t.Errorf("opted in: %+v", v)
+	}
+}
+
+// The client's identity comes from the data dir configured for berth:
+// a fake agent that names another data dir, or a node the host's state
+// does not record, or state that others may write, is refused; so is an
+// agent answering on a port the client process does not hold.
+func TestSelfChecksHostState(t *testing.T) {
+	now := time.Now()
+	ow, f := newTestOwner(t, &now)
+	if ow.Host().NodeID != nodeID || ow.Host().PID != os.Getpid() || !ow.Host().Alive() {
+		t.Fatalf("host %+v", ow.Host())
+	}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	connect := func(dataDir string) error {
+		s, err := Config{Address: srv.URL, DataDir: dataDir}.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Connect(context.Background(), s, nil, OwnerOptions{})
+		return err
+	}
+	other := nomadtest.FakeClientState(t, nodeID)
+	if err := connect(other); !errors.Is(err, ErrNotClient) || !strings.Contains(err.Error(), "data_dir") {
+		t.Errorf("another data dir than the agent's: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(f.dir, "client", "client-id"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(f.dir); !errors.Is(err, ErrUntrustedState) {
+		t.Errorf("client-id writable by others: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(f.dir, "client", "client-id"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(f.dir); err != nil {
+		t.Errorf("the same again, state root's: %v", err)
 	}
 }
 
 // Prefetch looks the unknown IDs up at once; Judge then asks nothing more.
 func TestOwnerPrefetch(t *testing.T) {
 	now := time.Now()
-	ow, f := newTestOwner(t, &now)
+	ow, f := newTestOwner(t, &now, Config{ReclaimWithoutEvidence: true})
 	ids := []string{running, "not-an-id"}
 	for i := 0; i < 20; i++ {
 		ids = append(ids, fmt.Sprintf("bbbbbbbb-0000-0000-0000-%012d", i))

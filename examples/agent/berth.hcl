@@ -180,7 +180,8 @@ tasks {
 # fully at start and every gc_interval. Settings left out come from the
 # nomad CLI's environment (NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
 # NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY,
-# NOMAD_TLS_SERVER_NAME). Flags: --nomad-address, --nomad-grace-period.
+# NOMAD_TLS_SERVER_NAME). Flags: --nomad-address, --nomad-grace-period,
+# --nomad-data-dir, --nomad-teardown-deadline.
 # Absent by default.
 # nomad {
 #   address      = "http://127.0.0.1:4646"
@@ -192,4 +193,7 @@ tasks {
 #   client_key   = ""
 #   tls_server_name = ""
 #   grace_period = "1h"     # for what Nomad no longer knows
+#   data_dir     = "/opt/nomad/data"  # Nomad's data_dir: its client's identity and alloc dirs are checked there
+#   teardown_deadline = "10m"         # how long a terminal allocation's attachment is left to Nomad's teardown
+#   reclaim_without_evidence = false  # namespaces named by UUIDs without an alloc dir are Nomad's too
 # }

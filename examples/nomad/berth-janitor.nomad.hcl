@@ -49,6 +49,12 @@ variable "cni_path" {
   default     = "/opt/cni/bin:/opt/berth/cni/bin:/usr/lib/cni"
 }
 
+variable "nomad_data_dir" {
+  description = "the Nomad agent's data_dir on the clients: the janitor checks the client's identity (client/client-id, the process holding client/state.db) and its allocations (alloc/<id>) there"
+  type        = string
+  default     = "/opt/nomad/data"
+}
+
 variable "grace_period" {
   description = "leftovers of allocations Nomad no longer knows are reclaimed once older than this"
   type        = string
@@ -90,6 +96,7 @@ job "berth-janitor" {
           "--gc-mode", "records",
           "--gc-interval", var.gc_interval,
           "--nomad-address", var.nomad_addr,
+          "--nomad-data-dir", var.nomad_data_dir,
           "--nomad-grace-period", var.grace_period,
           "--log-format", "json",
         ]

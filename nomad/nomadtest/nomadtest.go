@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -411,9 +412,54 @@ func (a *Agent) Stop(t testing.TB) {
 	}
 }
 
+// Kill SIGKILLs the agent, as a crash would: no teardown of its
+// allocations follows. The cleanup ends the helper processes it left
+// (executors, logmon) and removes what its allocations left.
+func (a *Agent) Kill(t testing.TB) {
+	t.Helper()
+	if a.stopped || a.cmd == nil || a.cmd.Process == nil {
+		return
+	}
+	a.stopped = true
+	testenv.Must(t, a.cmd.Process.Kill())
+	<-a.exited
+}
+
+// PID is the agent's process ID.
+func (a *Agent) PID() int { return a.cmd.Process.Pid }
+
+// endGroup SIGKILLs what is left of the agent's process group (it was
+// started as its leader): the executors and logmons of its tasks, which
+// outlive an agent that did not stop its jobs.
+func (a *Agent) endGroup() {
+	if a.cmd == nil || a.cmd.Process == nil {
+		return
+	}
+	pgid := a.cmd.Process.Pid
+	for i := 0; i < 20; i++ {
+		left := 0
+		des, _ := os.ReadDir("/proc")
+		for _, de := range des {
+			pid, err := strconv.Atoi(de.Name())
+			if err != nil || pid == pgid {
+				continue
+			}
+			if g, err := unix.Getpgid(pid); err == nil && g == pgid {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				left++
+			}
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // cleanup removes everything the agent and its allocations left.
 func (a *Agent) cleanup(t testing.TB) {
 	a.Stop(t)
+	a.endGroup()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
@@ -594,4 +640,24 @@ func ServiceJob(name, mode string) string {
   }
 }
 `, name, mode)
+}
+
+// FakeClientState makes a Nomad data dir for node nodeID as a client
+// leaves it (client/client-id, client/state.db, root's alone) and keeps
+// its state.db open in the calling process until the test ends: the
+// process then is the "client" by the host's evidence, and a fake Nomad
+// API it serves passes the janitor's identity check. allocs get an alloc
+// dir each (host evidence that they were Nomad's).
+func FakeClientState(t testing.TB, nodeID string, allocs ...string) (dataDir string) {
+	t.Helper()
+	dataDir = filepath.Join(t.TempDir(), "nomad-data")
+	testenv.Must(t, os.MkdirAll(filepath.Join(dataDir, "client"), 0o700))
+	testenv.Must(t, os.WriteFile(filepath.Join(dataDir, "client", "client-id"), []byte(nodeID), 0o600))
+	db, err := os.OpenFile(filepath.Join(dataDir, "client", "state.db"), os.O_CREATE|os.O_RDWR, 0o600)
+	testenv.Must(t, err)
+	t.Cleanup(func() { db.Close() })
+	for _, id := range allocs {
+		testenv.Must(t, os.MkdirAll(filepath.Join(dataDir, "alloc", id), 0o755))
+	}
+	return dataDir
 }
