@@ -193,6 +193,13 @@ type allocRun struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	opStopped bool
+	// adopted: an earlier agent made this allocation; found are the
+	// tasks findUnrecorded adopted, until the run supervises them.
+	adopted bool
+	found   []driver.Handle
+	// saveMu orders the record's writes: the last one written is the
+	// last snapshot taken (a stop request saved beside the run's end).
+	saveMu sync.Mutex
 
 	mu sync.Mutex // guards alloc
 }
@@ -296,6 +303,8 @@ func (a *allocRun) snapshot() *store.Allocation {
 // attachment record, not the allocation record, is what guarantees the
 // network is cleaned up.
 func (a *allocRun) save(ctx context.Context) {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
@@ -377,7 +386,7 @@ func (a *allocRun) run(ctx context.Context) {
 		a.detachRecord(ctx)
 		return
 	}
-	a.runAndFinish(ctx, netns, netName != "", nil, start)
+	a.runAndFinish(ctx, netns, netName != "", a.takeFound(), start)
 }
 
 // runAndFinish runs the group's tasks (resuming those of handles, when
@@ -467,6 +476,11 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
+	// Tasks adopted and never supervised (the run ended first) go first.
+	a.dropFound(tctx)
+	// An earlier agent may have made the network of a re-adopted
+	// allocation that this one never set up.
+	hasNetwork = hasNetwork || a.adopted
 	// Nothing may still point at the allocation once its network goes.
 	a.servicesGone(tctx)
 	var tdErr error
