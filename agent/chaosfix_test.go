@@ -202,3 +202,166 @@ func TestChaosFixSIGKILLSeedJob(t *testing.T) {
 	}
 	t.Logf("%d allocations recorded, all terminal", len(all))
 }
+
+// batchRunsJob is a one-task batch job that counts its runs in a file of
+// its allocation dir, runs a few seconds and exits 3.
+func batchRunsJob(drv string) string {
+	config := `
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo run >> ${NOMAD_ALLOC_DIR}/runs; sleep 4; exit 3"]
+      }`
+	if drv == "podman" {
+		config = `
+      config {
+        image   = "localhost/busybox:latest"
+        command = "/bin/sh"
+        args    = ["-c", "echo run >> /alloc/runs; sleep 4; exit 3"]
+      }`
+	}
+	return `job "cfx-batch" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    network {
+      mode = "cni/private"
+    }
+    task "t" {
+      driver       = "` + drv + `"
+      kill_timeout = "3s"` + config + `
+    }
+  }
+}
+`
+}
+
+// A batch task that exits while no agent runs is recorded with its exit
+// code by the next agent, and is not run again.
+func TestChaosFixBatchExitWhileDown(t *testing.T) {
+	drivers := []string{"raw_exec"}
+	if _, err := exec.LookPath("podman"); err == nil && exec.Command("podman", "image", "exists", "localhost/busybox:latest").Run() == nil {
+		drivers = append(drivers, "podman")
+	}
+	for i, drv := range drivers {
+		t.Run(drv, func(t *testing.T) {
+			e := newTestEnv(t, fmt.Sprintf("10.199.%d.0/24", 221+i))
+			c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
+			testenv.Must(t, err)
+			defer c.Close()
+			cfgPath := e.writeConfig(t)
+			p := e.startBinary(t, cfgPath, c)
+			_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, batchRunsJob(drv))), "batch.hcl")
+			testenv.Must(t, err)
+			old := runningAlloc(t, c, "cfx-batch")
+			h := old.Tasks[0].Handle
+			if _, err := p.signal(syscall.SIGKILL, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			runs := filepath.Join(e.cfg.DataDir, "alloc", old.ID, "alloc", "runs")
+			waitFor(t, "the task to exit while no agent runs", time.Minute, func() (bool, error) {
+				if drv == "podman" {
+					out, err := exec.Command("podman", "inspect", "--format", "{{.State.Status}}", h.ContainerID).Output()
+					return err == nil && strings.TrimSpace(string(out)) == "exited", err
+				}
+				return taskGone(t, h), nil
+			})
+
+			e.startBinary(t, cfgPath, c)
+			var cur *api.Allocation
+			waitFor(t, "the allocation to end", 2*time.Minute, func() (bool, error) {
+				cur, err = c.Allocation(context.Background(), old.ID)
+				return err == nil && (cur.Status == api.AllocFailed || cur.Status == api.AllocComplete), err
+			})
+			ts := cur.Tasks[0]
+			if ts.ExitCode != 3 || ts.Restarts != 0 {
+				t.Errorf("task after exiting while no agent ran: exit %d restarts %d; want 3, 0 (events %+v)", ts.ExitCode, ts.Restarts, cur.Events)
+			}
+			if _, ok := hasEvent(cur, "Re-attached"); !ok {
+				t.Errorf("no Re-attached event saying the exit was taken over: %+v", cur.Events)
+			}
+			b, err := os.ReadFile(runs)
+			testenv.Must(t, err)
+			if n := strings.Count(string(b), "run"); n != 1 {
+				t.Errorf("the batch task ran %d times, want once", n)
+			}
+			l := allocsOf(t, c, "cfx-batch")
+			if len(l) != 1 {
+				t.Errorf("%d allocations, want the one re-adopted: %+v", len(l), l)
+			}
+			if m := scrape(t, c); metricSum(m, "berth_restore_actions_total", map[string]string{"action": "Re-attached"}) < 1 {
+				t.Errorf("berth_restore_actions_total{action=\"Re-attached\"} not counted")
+			}
+		})
+	}
+}
+
+// The podman service an agent started does not outlive the agent's
+// SIGKILL (parent-death signal); the next agent starts its own.
+func TestChaosFixPodmanServiceDiesWithAgent(t *testing.T) {
+	requireImage(t)
+	e := newTestEnv(t, "10.199.223.0/24")
+	c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
+	testenv.Must(t, err)
+	defer c.Close()
+	cfgPath := e.writeConfig(t)
+	p := e.startBinary(t, cfgPath, c)
+	_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, serviceJob("podman"))), "svc.hcl")
+	testenv.Must(t, err)
+	old := runningAlloc(t, c, "btag-svc")
+	b, err := os.ReadFile(filepath.Join(e.cfg.DataDir, "podman", "service.pid"))
+	testenv.Must(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	testenv.Must(t, err)
+	if gone(pid) {
+		t.Fatalf("podman service pid %d not running while the agent runs", pid)
+	}
+	if _, err := p.signal(syscall.SIGKILL, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the podman service (pid %d) to exit after the agent's SIGKILL", pid), time.Minute, func() (bool, error) { return gone(pid), nil })
+	if taskGone(t, old.Tasks[0].Handle) {
+		t.Errorf("the task's container went with the podman service")
+	}
+	p = e.startBinary(t, cfgPath, c)
+	cur := readopted(t, c, old.ID)
+	if !sameTask(cur, old.Tasks[0].Handle) {
+		t.Errorf("the next agent did not re-attach the same container: %+v", cur.Tasks[0].Handle)
+	}
+	drainAndCheck(t, e, p, cur)
+}
+
+// `berth agent drain` returns only once the agent process has exited, and
+// says what it stopped.
+func TestChaosFixDrainWaitsForExit(t *testing.T) {
+	e := newTestEnv(t, "10.199.224.0/24")
+	c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
+	testenv.Must(t, err)
+	defer c.Close()
+	cfgPath := e.writeConfig(t)
+	p := e.startBinary(t, cfgPath, c)
+	// A task that ignores SIGTERM: the drain lasts its kill_timeout.
+	job := strings.Replace(serviceJob("raw_exec"), `command = "/bin/sleep"
+        args    = ["600"]`, `command = "/bin/sh"
+        args    = ["-c", "trap '' TERM; sleep 600 & wait; wait"]`, 1)
+	_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, job)), "svc.hcl")
+	testenv.Must(t, err)
+	a := runningAlloc(t, c, "btag-svc")
+	out, err := e.berthCLI(t, "agent", "drain", "--wait", "3m")
+	exited := gone(p.cmd.Process.Pid)
+	if err != nil {
+		t.Fatalf("berth agent drain: %v: %s", err, out)
+	}
+	if !exited {
+		t.Errorf("berth agent drain returned while the agent (pid %d) still ran: %s", p.cmd.Process.Pid, out)
+	}
+	if !strings.Contains(out, "stopped "+a.ID) {
+		t.Errorf("drain output does not name the allocation %s it stopped: %s", a.ID, out)
+	}
+	<-p.done
+	if !taskGone(t, a.Tasks[0].Handle) || netnsExists(a.Network.NetnsPath) {
+		t.Errorf("task or namespace left after the drain")
+	}
+}

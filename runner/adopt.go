@@ -348,22 +348,43 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 			continue
 		}
 		drv, err := a.r.o.Drivers.Get(ctx, ts.Driver)
+		if err == nil && ts.Exited {
+			// Its exit was recorded; the agent died before the driver let
+			// go of it: the exit stands, what is left is removed.
+			handles[i] = &exitedHandle{res: &driver.ExitResult{ExitCode: ts.ExitCode, Signal: ts.Signal, StartedAt: ts.StartedAt, FinishedAt: ts.FinishedAt},
+				cleanup: func(ctx context.Context) error { return drv.Cleanup(ctx, *ts.Handle) }}
+			a.restoreEvent(EventExitRecorded, fmt.Sprintf("task %s had exited (code %d) before the last agent died; its exit is kept, %s removed", ts.Name, ts.ExitCode, describeHandle(ts.Handle)))
+			continue
+		}
 		var h driver.Handle
-		if err == nil {
-			h, err = drv.Recover(ctx, *ts.Handle)
+		for attempt := 0; err == nil; attempt++ {
+			// A driver's service starting (podman) may fail a first
+			// inspect: only a task proven gone is given up.
+			if h, err = drv.Recover(ctx, *ts.Handle); err == nil || errors.Is(err, driver.ErrNotRecoverable) || attempt == 4 || !sleep(ctx, time.Second) {
+				break
+			}
 		}
 		if err == nil {
 			handles[i] = h
-			a.event(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
+			a.restoreEvent(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
 			continue
 		}
-		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
 		if drv != nil {
 			if cerr := drv.Cleanup(ctx, *ts.Handle); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 			}
 		}
-		a.event(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
+		if a.job.RunsToCompletion() {
+			// Its work may be done: running it again could do it twice.
+			a.log.Warn("task not re-attached and its exit cannot be known; not run again", "task", ts.Name, "err", err)
+			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (it ended while no agent ran, and what recorded its exit is gone): not run again", ts.Name, err))
+			a.setTask(i, func(ts *store.TaskState) {
+				ts.State, ts.Handle, ts.Failed, ts.ExitCode = "dead", nil, true, -1
+			})
+			continue
+		}
+		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
+		a.restoreEvent(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
 		a.setTask(i, func(ts *store.TaskState) {
 			ts.State, ts.Handle = "pending", nil
 			ts.Restarts++
@@ -371,6 +392,20 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 	}
 	return handles
 }
+
+// exitedHandle is a task whose exit was recorded before the agent that
+// ran it died: Wait reports that exit, Destroy removes what is left.
+type exitedHandle struct {
+	res     *driver.ExitResult
+	cleanup func(context.Context) error
+}
+
+func (h *exitedHandle) State() store.TaskHandle { return store.TaskHandle{} }
+func (h *exitedHandle) Wait(context.Context) (*driver.ExitResult, error) {
+	return h.res, nil
+}
+func (h *exitedHandle) Stop(context.Context, time.Duration) error { return nil }
+func (h *exitedHandle) Destroy(ctx context.Context) error         { return h.cleanup(ctx) }
 
 func describeHandle(h *store.TaskHandle) string {
 	if h.ContainerID != "" {
@@ -426,7 +461,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if errors.Is(cerr, attach.ErrNetnsGone) {
 		what = "the namespace vanished while no agent ran"
 	}
-	a.event(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
+	a.restoreEvent(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
 	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
 	if err != nil {
@@ -439,7 +474,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if len(names) > 0 {
 		msg += "; tasks " + strings.Join(names, ", ") + " restarted into it"
 	}
-	a.event(EventHealed, msg)
+	a.restoreEvent(EventHealed, msg)
 	a.save(ctx)
 	return nst.NetnsPath, nil
 }

@@ -783,7 +783,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	fault.Point(fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
-		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
+		ts.State, ts.StartedAt, ts.Handle, ts.Exited = "running", time.Now(), &st, false
 	})
 	a.save(ctx)
 	a.taskStarted(i)
@@ -803,6 +803,19 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		return nil, werr
 	}
 	a.taskStopping(ctx, i)
+	if werr == nil && res != nil {
+		// Recorded before the driver lets go of the task (a container
+		// removed, a status file gone): an agent killed in between leaves
+		// the next one this exit, not a task it would run again.
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.Exited, ts.ExitCode, ts.Signal = true, res.ExitCode, res.Signal
+			ts.FinishedAt = res.FinishedAt
+			if ts.FinishedAt.IsZero() {
+				ts.FinishedAt = time.Now()
+			}
+		})
+		a.save(ctx)
+	}
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)

@@ -111,6 +111,11 @@ type TaskState struct {
 	StartedAt  time.Time   `json:"started_at,omitempty"`
 	FinishedAt time.Time   `json:"finished_at,omitempty"`
 	Handle     *TaskHandle `json:"handle,omitempty"`
+	// Exited is set once the task's process ended and its result
+	// (ExitCode, Signal, FinishedAt) is recorded, before the driver lets
+	// go of it (Handle kept until then): an agent killed in between leaves
+	// the next one the exit, never a task to run again.
+	Exited bool `json:"exited,omitempty"`
 }
 
 // Event is one line of an allocation's timeline.
