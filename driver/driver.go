@@ -190,11 +190,11 @@ type Sweeper interface {
 type Finder interface {
 	// Find returns a Handle for what is left of task of allocID (allocDir
 	// is its allocation dir) as Recover would from a recorded handle: a
-	// running task to supervise, or one that ended whose Wait reports its
-	// real exit; nil when nothing of it is found. What it cannot adopt
-	// (a second container, a supervisor it cannot re-attach) it removes
-	// and lists in removed.
-	Find(ctx context.Context, allocID, task, allocDir string) (h Handle, removed []string, err error)
+	// running task to supervise, or one that ended after since whose Wait
+	// reports its real exit; nil when nothing of it is found. What it
+	// cannot adopt (a second container, a supervisor it cannot
+	// re-attach) it removes and lists in removed.
+	Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (h Handle, removed []string, err error)
 }
 
 // ConfigWarning is returned by ValidateConfig, alone or inside errors.Join

@@ -129,7 +129,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 		// runs as new. Setup finds an existing attachment and CHECKs it.
 		a.log.Info("re-adopting an allocation whose tasks had not started")
 		a.alloc.Status = store.AllocPending
-		a.found = a.findUnrecorded(ctx)
+		a.found = a.findUnrecorded(context.WithoutCancel(ctx))
 		return a.admitAndRun(ctx, time.Now()), false
 	}
 	// Already running: it was admitted by the last agent.
@@ -152,7 +152,7 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		a.mu.Lock()
 		ts := a.alloc.Tasks[i]
 		a.mu.Unlock()
-		if ts.Handle != nil || ts.State == "dead" || !ts.FinishedAt.IsZero() {
+		if ts.Handle != nil || ts.State == "dead" {
 			continue
 		}
 		drv, err := a.r.o.Drivers.Get(ctx, ts.Driver)
@@ -163,7 +163,7 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		if !ok {
 			continue
 		}
-		h, removed, err := f.Find(ctx, a.alloc.ID, ts.Name, a.dir)
+		h, removed, err := f.Find(ctx, a.alloc.ID, ts.Name, a.dir, ts.FinishedAt)
 		if len(removed) > 0 {
 			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: removed what an earlier agent started and did not record: %s", ts.Name, strings.Join(removed, ", ")))
 		}
@@ -283,7 +283,11 @@ func (a *allocRun) hasNetwork() bool {
 func (a *allocRun) resume(ctx context.Context) {
 	start := time.Now()
 	a.restoreNetwork()
-	handles := a.recoverTasks(ctx)
+	// Tasks recorded as neither started nor ended first (another task
+	// of the group ran): what an earlier agent started for them and did
+	// not record is adopted or removed.
+	found := a.findUnrecorded(context.WithoutCancel(ctx))
+	handles := a.recoverTasks(ctx, found)
 	netns := ""
 	if a.hasNetwork() {
 		netns = a.alloc.Network.NetnsPath
@@ -335,9 +339,14 @@ func (a *allocRun) restoreNetwork() {
 // recoverTasks re-attaches every recorded running task. One that cannot
 // be re-attached is cleaned up from its handle and left pending, to be
 // started again (counted as a restart).
-func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
+func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []driver.Handle {
 	handles := make([]driver.Handle, len(a.alloc.Tasks))
 	for i := range a.alloc.Tasks {
+		if found != nil && found[i] != nil {
+			// Adopted by findUnrecorded.
+			handles[i] = found[i]
+			continue
+		}
 		a.mu.Lock()
 		ts := a.alloc.Tasks[i]
 		a.mu.Unlock()

@@ -177,7 +177,7 @@ var _ driver.Finder = (*Driver)(nil)
 // re-attached without the start times its handle records. A task that
 // already ended left its status file in allocDir: it is re-attached from
 // it (Recover), so that its exit is recorded and it is not run again.
-func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string) (driver.Handle, []string, error) {
+func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (driver.Handle, []string, error) {
 	var removed []string
 	sups, err := d.supervisors(ctx, d.storeID)
 	if err != nil {
@@ -209,7 +209,8 @@ func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string) (driv
 	}
 	path := filepath.Join(allocDir, statusName(task))
 	st, err := readStatus(path)
-	if err != nil || st.StoreID != d.storeID || st.AllocID != allocID || st.Task != task {
+	if err != nil || st.StoreID != d.storeID || st.AllocID != allocID || st.Task != task || !st.FinishedAt.After(since) {
+		// Not this task's, or an earlier attempt's (recorded already).
 		return nil, nil, nil
 	}
 	h, err := d.Recover(ctx, store.TaskHandle{Driver: d.name, SupervisorPID: st.SupervisorPID, SupervisorStartTime: st.SupervisorStart,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/store"
@@ -109,7 +110,7 @@ var _ driver.Finder = (*Driver)(nil)
 // earlier berth created and did not record (found by its labels). The
 // one named as Start names it is re-attached (Recover); one that never
 // started (created only) and any other of that task are removed.
-func (d *Driver) Find(ctx context.Context, allocID, task, _ string) (driver.Handle, []string, error) {
+func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time) (driver.Handle, []string, error) {
 	l, err := d.c.listByLabel(ctx, LabelAllocID, allocID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("podman: find the containers of task %s/%s: %w", allocID, task, err)
