@@ -447,7 +447,8 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	a.log.Warn("CNI CHECK of a re-adopted namespace failed; healing it", "err", cerr)
 	var names []string
 	for i, h := range handles {
-		if h == nil {
+		if _, exited := h.(*exitedHandle); h == nil || exited {
+			// An ended task keeps its exit: it is not run again.
 			continue
 		}
 		t := a.group.Tasks[i]
