@@ -110,7 +110,7 @@ const chaosSeedJob = `job "cfx-seed" {
       config {
         image   = "localhost/busybox:latest"
         command = "/bin/sh"
-        args    = ["-c", "exit 0"]
+        args    = ["-c", "echo run >> /alloc/runs; exit 0"]
       }
     }
   }
@@ -200,7 +200,18 @@ func TestChaosFixSIGKILLSeedJob(t *testing.T) {
 	if len(leaked) > 0 {
 		t.Errorf("left on the host after stop and drain:\n  %s", strings.Join(leaked, "\n  "))
 	}
-	t.Logf("%d allocations recorded, all terminal", len(all))
+	ran := 0
+	for _, a := range all {
+		b, err := os.ReadFile(filepath.Join(e.cfg.DataDir, "alloc", a.ID, "alloc", "runs"))
+		if err != nil {
+			continue
+		}
+		ran++
+		if n := strings.Count(string(b), "run"); n > 1 {
+			t.Errorf("the batch task of allocation %s ran %d times; events: %+v", a.ID, n, a.Events)
+		}
+	}
+	t.Logf("%d allocations recorded, all terminal; %d ran their task, none twice", len(all), ran)
 }
 
 // batchRunsJob is a one-task batch job that counts its runs in a file of
