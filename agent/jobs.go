@@ -277,7 +277,7 @@ func (a *Agent) start(jr *jobRun) error {
 		case <-ctx.Done():
 		}
 		a.mu.Lock()
-		stopping := jr.stopping
+		stopping, replacing := jr.stopping, jr.replacing
 		a.mu.Unlock()
 		if ctx.Err() != nil || stopping {
 			// Stopped (or drained) before it ran, or a stop an earlier
@@ -290,8 +290,11 @@ func (a *Agent) start(jr *jobRun) error {
 			jr.adopt = nil
 			a.mu.Unlock()
 			why := "drain"
-			if stopping {
+			switch {
+			case stopping:
 				why = "job stop"
+			case replacing:
+				why = "job replaced"
 			}
 			for _, al := range adopt {
 				if a.runner.Detached() {
