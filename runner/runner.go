@@ -197,6 +197,13 @@ type allocRun struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	opStopped bool
+	// adopted: an earlier agent made this allocation; found are the
+	// tasks findUnrecorded adopted, until the run supervises them.
+	adopted bool
+	found   []driver.Handle
+	// saveMu orders the record's writes: the last one written is the
+	// last snapshot taken (a stop request saved beside the run's end).
+	saveMu sync.Mutex
 
 	mu sync.Mutex // guards alloc
 
@@ -216,6 +223,20 @@ type allocRun struct {
 func (a *allocRun) now() time.Time {
 	a.clockOnce.Do(func() { a.t0 = time.Now() })
 	return a.t0.Add(time.Since(a.t0))
+}
+
+// finishedAt is when task i was seen ending: now, on the clock that saw
+// it start. A task re-attached after a restart keeps the driver's end
+// when it ended while no berth watched, never before its start.
+func (a *allocRun) finishedAt(i int, ts *store.TaskState, res *driver.ExitResult) time.Time {
+	end := a.now()
+	if !a.clocked[i] && res != nil && !res.FinishedAt.IsZero() && res.FinishedAt.Before(end) {
+		end = res.FinishedAt
+	}
+	if end.Before(ts.StartedAt) {
+		end = ts.StartedAt
+	}
+	return end
 }
 
 // RunAlloc runs one allocation of group to its end and returns its final
@@ -317,6 +338,8 @@ func (a *allocRun) snapshot() *store.Allocation {
 // attachment record, not the allocation record, is what guarantees the
 // network is cleaned up.
 func (a *allocRun) save(ctx context.Context) {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
@@ -399,7 +422,7 @@ func (a *allocRun) run(ctx context.Context) {
 		a.detachRecord(ctx)
 		return
 	}
-	a.runAndFinish(ctx, netns, netName != "", nil, start)
+	a.runAndFinish(ctx, netns, netName != "", a.takeFound(), start)
 }
 
 // runAndFinish runs the group's tasks (resuming those of handles, when
@@ -491,6 +514,11 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
+	// Tasks adopted and never supervised (the run ended first) go first.
+	a.dropFound(tctx)
+	// An earlier agent may have made the network of a re-adopted
+	// allocation that this one never set up.
+	hasNetwork = hasNetwork || a.adopted
 	// Nothing may still point at the allocation once its network goes.
 	a.servicesGone(tctx)
 	var tdErr error
@@ -796,7 +824,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	fault.Point(fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
-		ts.State, ts.StartedAt, ts.Handle, ts.NotStarted = "running", a.now(), &st, ""
+		ts.State, ts.StartedAt, ts.Handle, ts.NotStarted, ts.Exited = "running", a.now(), &st, "", false
 		ts.FinishedAt, ts.ExitCode, ts.Signal = time.Time{}, 0, 0
 		if a.clocked == nil {
 			a.clocked = map[int]bool{}
@@ -822,6 +850,16 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		return nil, werr
 	}
 	a.taskStopping(ctx, i)
+	if werr == nil && res != nil {
+		// Recorded before the driver lets go of the task (a container
+		// removed, a status file gone): an agent killed in between leaves
+		// the next one this exit, not a task it would run again.
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.Exited, ts.ExitCode, ts.Signal = true, res.ExitCode, res.Signal
+			ts.FinishedAt = a.finishedAt(i, ts, res)
+		})
+		a.save(ctx)
+	}
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
@@ -837,13 +875,7 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		// Seen ending now, on the clock that saw it start. A task
 		// re-attached after a restart keeps the driver's end when it
 		// ended while no berth watched, never before its start.
-		ts.FinishedAt = a.now()
-		if !a.clocked[i] && res != nil && !res.FinishedAt.IsZero() && res.FinishedAt.Before(ts.FinishedAt) {
-			ts.FinishedAt = res.FinishedAt
-		}
-		if ts.FinishedAt.Before(ts.StartedAt) {
-			ts.FinishedAt = ts.StartedAt
-		}
+		ts.FinishedAt = a.finishedAt(i, ts, res)
 		if ts.FinishedAt.After(a.lastExit) {
 			a.lastExit = ts.FinishedAt
 		}
