@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/metrics"
 	"github.com/berth/berth/node"
@@ -298,6 +299,7 @@ func (a *Agent) background(ctx context.Context, recErr chan<- error) {
 // drain stops launching and stops every job, waiting until each run has
 // stopped its tasks and torn its networks down.
 func (a *Agent) drain() {
+	fault.Point(fault.DrainRequested)
 	running := a.stopLaunching()
 	for _, jr := range running {
 		jr.cancel()
@@ -306,6 +308,7 @@ func (a *Agent) drain() {
 		a.log.Info("waiting for jobs to stop", "jobs", len(running))
 	}
 	a.runs.Wait()
+	fault.Point(fault.DrainStopped)
 }
 
 // detach stops launching and lets every run return without stopping

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -508,6 +509,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
 	}
 	jr.stopping = true
+	fault.Point(fault.StopRequested)
 	jr.cancel()
 	done := jr.done
 	a.mu.Unlock()

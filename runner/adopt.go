@@ -11,6 +11,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
@@ -54,6 +55,7 @@ func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
 		return fmt.Errorf("claim allocation %s: %w", a.ID, err)
 	}
+	fault.Point(fault.AfterClaim)
 	return nil
 }
 
@@ -138,10 +140,16 @@ func (a *allocRun) resume(ctx context.Context) {
 	netns := ""
 	if a.hasNetwork() {
 		netns = a.alloc.Network.NetnsPath
+		heals := a.heals()
 		path, err := a.checkNetwork(ctx, handles)
 		if err != nil {
 			a.finish(ctx, err, true)
 			return
+		}
+		if a.heals() > heals {
+			// The tasks restart into the healed namespace: their start is
+			// a crash point of the heal (heal/task-started).
+			ctx = fault.Within(ctx, fault.HealScope)
 		}
 		netns = path
 	}
@@ -154,6 +162,19 @@ func (a *allocRun) resume(ctx context.Context) {
 		a.started(a.snapshot())
 	}
 	a.runAndFinish(ctx, netns, a.hasNetwork(), handles, start)
+}
+
+// heals counts the allocation's Network Healed events.
+func (a *allocRun) heals() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, e := range a.alloc.Events {
+		if e.Type == EventHealed {
+			n++
+		}
+	}
+	return n
 }
 
 func countHandles(hs []driver.Handle) int {
@@ -204,6 +225,7 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 			h, err = drv.Recover(ctx, *ts.Handle)
 		}
 		if err == nil {
+			fault.Point(fault.AfterRecover)
 			handles[i] = h
 			a.event(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
 			continue
@@ -242,6 +264,7 @@ func describeHandle(h *store.TaskHandle) string {
 func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (string, error) {
 	id := a.alloc.ID
 	st, cerr := a.r.o.Attach.Check(ctx, id)
+	fault.Point(fault.AfterCheck)
 	switch {
 	case cerr == nil && st.CheckSkipped != "":
 		a.event(EventCheckSkipped, "CHECK of namespace "+st.NetnsPath+" skipped: "+st.CheckSkipped)
@@ -273,13 +296,16 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 			ts.Restarts++
 		})
 	}
+	fault.Point(fault.HealTasksStopped)
 	what := "CNI CHECK failed"
 	if errors.Is(cerr, attach.ErrNetnsGone) {
 		what = "the namespace vanished while no agent ran"
 	}
 	a.event(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
-	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
+	// The heal's teardown and setup steps are crash points of their own
+	// (heal/after-del, ...).
+	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope), networkName(mode, a.r.o.Bridge))
 	if err != nil {
 		return "", fmt.Errorf("network CHECK failed: %v; healing it failed: %w", cerr, err)
 	}
@@ -292,6 +318,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	}
 	a.event(EventHealed, msg)
 	a.save(ctx)
+	fault.Point(fault.Healed)
 	return nst.NetnsPath, nil
 }
 

@@ -515,7 +515,9 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	}
 	a.alloc.StatusDesc = strings.Join(msgs, "; ")
 	a.mu.Unlock()
+	fault.Point(fault.BeforeRecordTerminal)
 	a.save(ctx)
+	fault.Point(fault.AfterRecordTerminal)
 	if m := a.r.o.Metrics; m != nil {
 		m.AllocDone(string(a.alloc.Status))
 	}
@@ -766,7 +768,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	}
 	// Started, not yet recorded: what a crash here leaves is found by
 	// gc's task sweep (container labels, task cgroups, supervisors).
-	fault.Point(fault.TaskStarted)
+	fault.PointCtx(ctx, fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
 		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
@@ -774,7 +776,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	a.save(ctx)
 	a.taskStarted(i)
 	a.taskRunning(ctx, i, h)
-	fault.Point(fault.TaskRunning)
+	fault.PointCtx(ctx, fault.TaskRunning)
 	return a.supervise(ctx, i, h, dt)
 }
 
@@ -788,12 +790,14 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		// Left running: its handle stays recorded.
 		return nil, werr
 	}
+	fault.Point(fault.TaskExited)
 	a.taskStopping(ctx, i)
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
 	cancel()
 	a.timing("driver_cleanup", time.Since(dstart))
+	fault.Point(fault.TaskDestroyed)
 	if derr != nil {
 		return res, fmt.Errorf("driver cleanup: %w", derr)
 	}
