@@ -88,6 +88,8 @@ type Agent struct {
 	drainReq  chan struct{}
 	drainOnce sync.Once
 	drained   chan struct{}
+	// drainReport is what the drain stopped; set before drained closes.
+	drainReport *api.DrainResponse
 
 	mu          sync.Mutex // guards what follows
 	jobs        map[string]*jobRun
@@ -299,8 +301,13 @@ func (a *Agent) background(ctx context.Context, recErr chan<- error) {
 // drain stops launching and stops every job, waiting until each run has
 // stopped its tasks and torn its networks down.
 func (a *Agent) drain() {
-	fault.Point(fault.DrainRequested)
 	running := a.stopLaunching()
+	ctx := a.jobsCtx
+	// Recorded first: an agent killed during the drain leaves each stop
+	// to the next agent, which finishes it instead of re-adopting.
+	a.runner.RequestStops(ctx, "", "drain")
+	fault.Point(fault.DrainRequested)
+	live, _ := a.node.Store.ListAllocations(ctx, store.AllocFilter{NonTerminal: true})
 	for _, jr := range running {
 		jr.cancel()
 	}
@@ -308,6 +315,23 @@ func (a *Agent) drain() {
 		a.log.Info("waiting for jobs to stop", "jobs", len(running))
 	}
 	a.runs.Wait()
+	rep := &api.DrainResponse{Jobs: len(running), PID: os.Getpid(), Done: true}
+	for _, al := range live {
+		cur, err := a.node.Store.GetAllocation(ctx, al.ID)
+		if err != nil {
+			cur = al
+		}
+		d := api.DrainedAlloc{ID: cur.ID, JobID: cur.JobID, Status: string(cur.Status)}
+		if cur.Status.Terminal() {
+			rep.Stopped = append(rep.Stopped, d)
+		} else {
+			rep.Left = append(rep.Left, d)
+		}
+	}
+	a.log.Info("drained", "jobs", len(running), "allocations_stopped", len(rep.Stopped), "allocations_left", len(rep.Left))
+	a.mu.Lock()
+	a.drainReport = rep
+	a.mu.Unlock()
 	fault.Point(fault.DrainStopped)
 }
 

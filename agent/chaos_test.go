@@ -27,10 +27,10 @@ const (
 	chaosKills    = 50
 )
 
-// chaosSeedJob is the README's seed job: podman, every second, its own
+// randomSeedJob is the README's seed job: podman, every second, its own
 // network namespace; a batch task with no restart, so that a task run
 // twice shows as a restart.
-const chaosSeedJob = `job "bcr-seed" {
+const randomSeedJob = `job "bcr-seed" {
   type = "batch"
   periodic {
     crons            = ["*/1 * * * * * *"]
@@ -56,10 +56,10 @@ const chaosSeedJob = `job "bcr-seed" {
 }
 `
 
-// chaosServiceJob runs a supervised process (raw_exec) and a container
+// randomServiceJob runs a supervised process (raw_exec) and a container
 // (podman) in one namespace, with a native service; a task killed under
 // it restarts within a second.
-const chaosServiceJob = `job "bcr-svc" {
+const randomServiceJob = `job "bcr-svc" {
   type = "service"
   group "g" {
     restart {
@@ -153,7 +153,7 @@ func TestChaosRandom(t *testing.T) {
 	defer c.Close()
 	cfgPath := e.writeConfig(t)
 	p := e.startBinary(t, cfgPath, c)
-	for _, src := range []string{chaosServiceJob, chaosSeedJob} {
+	for _, src := range []string{randomServiceJob, randomSeedJob} {
 		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, src)), "job.hcl")
 		testenv.Must(t, err)
 	}

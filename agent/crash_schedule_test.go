@@ -51,6 +51,7 @@ var crashSchedule = []struct {
 	{fault.HealScope + "/" + fault.TaskRunning, healPath},
 	{fault.StopRequested, stopPath},
 	{fault.TaskExited, stopPath},
+	{fault.TaskExitRecorded, stopPath},
 	{fault.TaskDestroyed, stopPath},
 	{fault.AfterDel, stopPath},
 	{fault.DuringRemove, stopPath},

@@ -230,8 +230,28 @@ func (a *Agent) handleDrain(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	n := len(a.runningLocked())
 	a.mu.Unlock()
-	go func() { _ = a.requestDrain(context.WithoutCancel(r.Context())) }()
-	writeJSON(w, http.StatusAccepted, api.DrainResponse{Draining: true, Jobs: n, PID: os.Getpid()})
+	if r.URL.Query().Get("wait") != "true" {
+		go func() { _ = a.requestDrain(context.WithoutCancel(r.Context())) }()
+		writeJSON(w, http.StatusAccepted, api.DrainResponse{Draining: true, Jobs: n, PID: os.Getpid()})
+		return
+	}
+	// The answer is the drain's report: a drain lasts as long as the
+	// slowest kill_timeout, so no write deadline applies.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	if err := a.requestDrain(context.WithoutCancel(r.Context())); err != nil {
+		writeErr(w, err)
+		return
+	}
+	a.mu.Lock()
+	rep := a.drainReport
+	a.mu.Unlock()
+	if rep == nil {
+		// Run ended without draining (an API or reconcile failure).
+		rep = &api.DrainResponse{PID: os.Getpid()}
+	}
+	rep.Draining = true
+	writeJSON(w, http.StatusOK, rep)
 }
 
 func (a *Agent) self(ctx context.Context) (*api.AgentSelf, error) {

@@ -193,6 +193,25 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		jr := &jobRun{rec: rec}
 		job, perr := a.parseRecord(ctx, rec)
 		jr.job = job
+		if rec.Status == api.JobStopping {
+			// Stopped while an earlier agent ran it: the stop is a desired
+			// state, finished here (every allocation it left stopped and
+			// torn down, then the job forgotten), whatever it was doing.
+			if job == nil {
+				job = &jobspec.Job{ID: rec.ID, Namespace: "default"}
+				jr.job = job
+			}
+			jr.stopping = true
+			jr.adopt = a.claimAllocs(ctx, rec.ID, log)
+			a.mu.Lock()
+			a.jobs[rec.ID] = jr
+			a.mu.Unlock()
+			log.Info("finishing the stop of a job an earlier agent was asked to stop", "allocations", len(jr.adopt))
+			if err := a.start(jr); err != nil {
+				return
+			}
+			continue
+		}
 		if rec.Status == api.JobRunning {
 			if perr == nil {
 				jr.adopt = a.claimAllocs(ctx, rec.ID, log)
@@ -258,8 +277,29 @@ func (a *Agent) start(jr *jobRun) error {
 		case <-a.reconciled:
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
-			// Stopped (or drained) before the reconcile at start let it run.
+		a.mu.Lock()
+		stopping := jr.stopping
+		a.mu.Unlock()
+		if ctx.Err() != nil || stopping {
+			// Stopped (or drained) before it ran, or a stop an earlier
+			// agent did not finish: the allocations claimed from an
+			// earlier agent are stopped and torn down, not left pending
+			// with an owner that is about to be gone (unless the agent
+			// detaches: the next one re-adopts them).
+			a.mu.Lock()
+			adopt := jr.adopt
+			jr.adopt = nil
+			a.mu.Unlock()
+			why := "drain"
+			if stopping {
+				why = "job stop"
+			}
+			for _, al := range adopt {
+				if a.runner.Detached() {
+					break
+				}
+				a.allocDone(log, jr, a.runner.StopAdopted(ctx, job, al, "stopped ("+why+") before this agent resumed it"))
+			}
 			a.finish(jr, nil, nil, false)
 			return
 		}
@@ -509,9 +549,19 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
 	}
 	jr.stopping = true
+	jr.rec.Status = api.JobStopping
+	// The stop is recorded before anything stops (under a.mu, so that
+	// the run's end, which deletes the record, comes after): an agent
+	// killed meanwhile leaves it to the next one, which finishes it.
+	a.putJob(ctx, jr.rec)
 	fault.Point(fault.StopRequested)
-	jr.cancel()
 	done := jr.done
+	a.mu.Unlock()
+	a.runner.RequestStops(ctx, id, "job stop")
+	a.mu.Lock()
+	if jr.cancel != nil {
+		jr.cancel()
+	}
 	a.mu.Unlock()
 	a.log.Info("stopping job", "job", id)
 	resp := &api.JobStopResponse{JobID: id}

@@ -254,6 +254,15 @@ func (c *Client) Drain(ctx context.Context) (*DrainResponse, error) {
 	return &d, err
 }
 
+// DrainWait asks the agent to drain and returns once the drain is done
+// (DrainResponse.Done), with what it stopped; the agent process exits
+// right after.
+func (c *Client) DrainWait(ctx context.Context) (*DrainResponse, error) {
+	var d DrainResponse
+	_, err := c.call(ctx, http.MethodPost, "/v1/agent/drain?wait=true", nil, &d)
+	return &d, err
+}
+
 // Self describes the agent and its configuration.
 func (c *Client) Self(ctx context.Context) (*AgentSelf, error) {
 	var s AgentSelf

@@ -108,6 +108,19 @@ type DrainResponse struct {
 	Draining bool `json:"draining"`
 	Jobs     int  `json:"jobs"`
 	PID      int  `json:"pid"`
+	// With ?wait=true the answer comes once the drain is done: Done is
+	// set, Stopped are the allocations it ended and Left those it could
+	// not (each with its status); the process exits right after.
+	Done    bool           `json:"done,omitempty"`
+	Stopped []DrainedAlloc `json:"stopped,omitempty"`
+	Left    []DrainedAlloc `json:"left,omitempty"`
+}
+
+// DrainedAlloc is one allocation a drain found running.
+type DrainedAlloc struct {
+	ID     string `json:"id"`
+	JobID  string `json:"job_id"`
+	Status string `json:"status"`
 }
 
 // AgentSelf is GET /v1/agent/self.

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/pidfd"
 )
 
 // newAgentDrainCmd is `berth agent drain`: the way to stop an agent and
@@ -31,20 +36,47 @@ SIGTERM drain too. The command waits until the agent is gone (--wait).`,
 				return err
 			}
 			defer c.Close()
-			resp, err := c.Drain(cmd.Context())
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			defer cancel()
+			// The agent's process, when it runs on this host: the drain is
+			// over once it has exited, not once its API stops answering.
+			var proc *pidfd.Process
+			if self, err := c.Self(ctx); err == nil {
+				proc, _ = pidfd.Open(self.PID, isBerthAgent)
+			}
+			if proc != nil {
+				defer proc.Close()
+			}
+			resp, err := c.DrainWait(ctx)
 			if err != nil {
 				return agentErr(err)
 			}
 			if !g.JSON {
-				fmt.Fprintf(g.stdout, "agent (pid %d) draining: stopping %d job(s)\n", resp.PID, resp.Jobs)
+				if resp.Done {
+					fmt.Fprintf(g.stdout, "agent (pid %d) drained: %d job(s), %d allocation(s) stopped\n", resp.PID, resp.Jobs, len(resp.Stopped))
+					for _, al := range resp.Stopped {
+						fmt.Fprintf(g.stdout, "  stopped %s (job %s): %s\n", al.ID, al.JobID, al.Status)
+					}
+					for _, al := range resp.Left {
+						fmt.Fprintf(g.stdout, "  NOT stopped %s (job %s): %s\n", al.ID, al.JobID, al.Status)
+					}
+				} else {
+					fmt.Fprintf(g.stdout, "agent (pid %d) draining: stopping %d job(s)\n", resp.PID, resp.Jobs)
+				}
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
-			defer cancel()
-			if err := waitGone(ctx, c); err != nil {
-				return fmt.Errorf("agent (pid %d) still answers after %s: %w (it may still be stopping tasks with long kill_timeouts; see its log)", resp.PID, wait, err)
+			if proc != nil {
+				err = proc.Wait(ctx)
+			} else {
+				err = waitGone(ctx, c)
+			}
+			if err != nil {
+				return fmt.Errorf("agent (pid %d) still runs after %s: %w (it may still be stopping tasks with long kill_timeouts; see its log)", resp.PID, wait, err)
 			}
 			if g.JSON {
 				return g.PrintJSON(resp)
+			}
+			if len(resp.Left) > 0 {
+				return fmt.Errorf("the agent exited, but %d allocation(s) were not stopped (see its log; the next agent or berth gc finishes them)", len(resp.Left))
 			}
 			fmt.Fprintln(g.stdout, "drained: every job stopped, the agent exited")
 			return nil
@@ -55,13 +87,21 @@ SIGTERM drain too. The command waits until the agent is gone (--wait).`,
 	return cmd
 }
 
-// waitGone polls the agent until it no longer answers.
+// isBerthAgent reports whether pid is a `berth agent` process.
+func isBerthAgent(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(b), "\x00")
+	return err == nil && len(args) > 1 && strings.Contains(filepath.Base(args[0]), "berth") && args[1] == "agent"
+}
+
+// waitGone polls an agent on another host until its API refuses
+// connections (a draining agent may answer errors meanwhile).
 func waitGone(ctx context.Context, c *api.Client) error {
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := c.Health(hctx)
 		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err != nil && ctx.Err() == nil && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOENT)) {
 			// Refused, or the socket is gone: it exited.
 			return nil
 		}

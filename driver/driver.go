@@ -184,6 +184,19 @@ type Sweeper interface {
 	RemoveLeftover(ctx context.Context, l Leftover) error
 }
 
+// Finder is a driver that can find a task an earlier berth started and
+// did not record (killed between Start and recording its handle), so that
+// a re-adopted allocation never runs a second of it.
+type Finder interface {
+	// Find returns a Handle for what is left of task of allocID (allocDir
+	// is its allocation dir) as Recover would from a recorded handle: a
+	// running task to supervise, or one that ended after since whose Wait
+	// reports its real exit; nil when nothing of it is found. What it
+	// cannot adopt (a second container, a supervisor it cannot
+	// re-attach) it removes and lists in removed.
+	Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (h Handle, removed []string, err error)
+}
+
 // ConfigWarning is returned by ValidateConfig, alone or inside errors.Join
 // with real errors, for a config that works but should change (a
 // deprecated key). It is not a failure: jobspec reports it as a warning.

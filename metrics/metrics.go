@@ -62,6 +62,7 @@ type Metrics struct {
 
 	allocations      *prometheus.GaugeVec
 	allocsTotal      *prometheus.CounterVec
+	restores         *prometheus.CounterVec
 	pendingTeardowns prometheus.Gauge
 	allocPhase       *prometheus.HistogramVec
 
@@ -143,6 +144,10 @@ func New(reg *prometheus.Registry) *Metrics {
 			Namespace: namespace, Name: "allocations_total",
 			Help: "Allocations that reached a final client status, by status.",
 		}, []string{"status"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "restore_actions_total",
+			Help: "What agents found and did when taking over what a killed or stopped agent left, by action (the allocation event types: Re-attached, Not Re-attached, Adopted Unrecorded, Removed Unrecorded, Exit Recorded, Exit Unknown, Stop Finished).",
+		}, []string{"action"}),
 		pendingTeardowns: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "pending_teardowns",
 			Help: "Attachments whose teardown failed and is waiting to be retried.",
@@ -187,7 +192,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		m.netnsDuration, m.netnsErrors, m.removalBusy, m.removalRetry, m.holdersSeen,
 		m.checkFailures, m.heals,
 		m.gcRuns, m.gcReclaimed,
-		m.allocations, m.allocsTotal, m.pendingTeardowns, m.allocPhase,
+		m.allocations, m.allocsTotal, m.restores, m.pendingTeardowns, m.allocPhase,
 		m.httpRequests, m.httpDuration,
 		m.nomadReclaimed, m.nomadAPIErrors, m.nomadLatency, m.nomadConnected,
 	)
@@ -284,6 +289,12 @@ func (m *Metrics) SetAllocations(byStatus map[string]int) {
 		m.allocSeen[status] = true
 		m.allocations.WithLabelValues(status).Set(float64(n))
 	}
+}
+
+// Restore counts one thing an agent found and did when taking over an
+// allocation an earlier agent left (runner.RestoreMetrics).
+func (m *Metrics) Restore(action string) {
+	m.restores.WithLabelValues(action).Inc()
 }
 
 // AllocDone counts an allocation that reached a final status.

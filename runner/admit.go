@@ -84,6 +84,17 @@ func (a *allocRun) notAdmitted(ctx context.Context) {
 // stoppedQueued records an allocation stopped before it was admitted: it
 // never ran, so it is complete, as Nomad's stopped allocations are.
 func (a *allocRun) stoppedQueued(ctx context.Context) {
+	if a.adopted {
+		// An earlier agent may have made its network, or started a task.
+		a.mu.Lock()
+		for i := range a.alloc.Tasks {
+			a.alloc.Tasks[i].State = "dead"
+		}
+		a.eventLocked("Killed", "stopped while queued for resources")
+		a.mu.Unlock()
+		a.finish(ctx, nil, true)
+		return
+	}
 	a.mu.Lock()
 	a.alloc.Status = store.AllocComplete
 	a.alloc.StatusDesc = "stopped while queued for resources; never started"

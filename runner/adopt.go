@@ -33,6 +33,23 @@ const (
 	// EventHealed: after a failed CHECK the namespace was recreated and the
 	// group's tasks restarted into it.
 	EventHealed = "Network Healed"
+	// EventAdopted: a task an earlier agent started and did not record
+	// was found (its container by label, its status file) and adopted.
+	EventAdopted = "Adopted Unrecorded"
+	// EventRemovedUnrecorded: what an earlier agent started for a task
+	// and did not record, and that could not be adopted (a duplicate, a
+	// supervisor), was removed before the task started.
+	EventRemovedUnrecorded = "Removed Unrecorded"
+	// EventExitRecorded: a task ended while no agent ran; its exit was
+	// read from what it left (supervisor status file, container state).
+	EventExitRecorded = "Exit Recorded"
+	// EventExitUnknown: a task of a job that runs to completion was gone
+	// while no agent ran and how it ended cannot be known: it is not run
+	// again.
+	EventExitUnknown = "Exit Unknown"
+	// EventStopFinished: a stop an earlier agent was asked (job stop,
+	// alloc stop, drain) and did not finish was finished by this one.
+	EventStopFinished = "Stop Finished"
 )
 
 // Adoptable reports whether a is an allocation the next agent may take
@@ -101,11 +118,20 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 			ran = true
 		}
 	}
+	a.adopted = true
+	if rec.StopRequested != "" {
+		// Stopped by the operator while an earlier agent ran it: the
+		// stop is finished, not the allocation resumed.
+		return r.stopAdopted(ctx, a, "the stop an earlier agent was asked ("+rec.StopRequested+") is finished"), true
+	}
 	if !ran {
-		// Nothing started yet (queued, or its network just made): run it
-		// as new. Setup finds an existing attachment and CHECKs it.
+		// Nothing recorded as started (queued, its network just made, or
+		// a task started and not yet recorded): what an earlier agent may
+		// have made for it is found first (adopted or removed), then it
+		// runs as new. Setup finds an existing attachment and CHECKs it.
 		a.log.Info("re-adopting an allocation whose tasks had not started")
 		a.alloc.Status = store.AllocPending
+		a.found = a.findUnrecorded(context.WithoutCancel(ctx))
 		return a.admitAndRun(ctx, time.Now()), false
 	}
 	// Already running: it was admitted by the last agent.
@@ -113,6 +139,129 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	defer release()
 	a.resume(ctx)
 	return a.snapshot(), false
+}
+
+// findUnrecorded looks, for each task of the allocation recorded neither
+// as started nor as ended, for what an earlier agent may have started and
+// not recorded (driver.Finder: a container by its labels, a supervisor
+// and cgroup by name, a status file): a task found is adopted (its handle
+// recorded, supervised from here on; one that ended while no agent ran
+// reports its real exit, and is not run again), what cannot be adopted
+// is removed. It returns the adopted handles (nil when none).
+func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
+	var found []driver.Handle
+	for i := range a.alloc.Tasks {
+		a.mu.Lock()
+		ts := a.alloc.Tasks[i]
+		a.mu.Unlock()
+		if ts.Handle != nil || ts.State == "dead" {
+			continue
+		}
+		drv, err := a.r.o.Drivers.Get(ctx, ts.Driver)
+		if err != nil {
+			continue
+		}
+		f, ok := drv.(driver.Finder)
+		if !ok {
+			continue
+		}
+		h, removed, err := f.Find(ctx, a.alloc.ID, ts.Name, a.dir, ts.FinishedAt)
+		if len(removed) > 0 {
+			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: removed what an earlier agent started and did not record: %s", ts.Name, strings.Join(removed, ", ")))
+		}
+		if err != nil {
+			a.log.Warn("could not look for what an earlier agent started for a task", "task", ts.Name, "err", err)
+			continue
+		}
+		if h == nil {
+			continue
+		}
+		if found == nil {
+			found = make([]driver.Handle, len(a.alloc.Tasks))
+		}
+		found[i] = h
+		st := h.State()
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle, ts.StartedAt = "running", &st, time.Now() })
+		a.restoreEvent(EventAdopted, fmt.Sprintf("task %s: adopted %s, started by an earlier agent that did not record it", ts.Name, describeHandle(&st)))
+	}
+	if found != nil {
+		a.save(ctx)
+	}
+	return found
+}
+
+// takeFound hands the adopted handles to the run (once).
+func (a *allocRun) takeFound() []driver.Handle {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.found
+	a.found = nil
+	return f
+}
+
+// dropFound stops and removes adopted tasks the run never supervised (it
+// ended before its tasks started).
+func (a *allocRun) dropFound(ctx context.Context) {
+	for i, h := range a.takeFound() {
+		if h == nil {
+			continue
+		}
+		sctx, cancel := cleanup.Context(ctx, time.Minute)
+		_ = h.Stop(sctx, 5*time.Second)
+		err := h.Destroy(sctx)
+		cancel()
+		if err != nil {
+			a.log.Warn("could not remove an adopted task", "task", a.alloc.Tasks[i].Name, "err", err)
+		}
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle = "dead", nil })
+	}
+}
+
+// restoreEvent records what a new agent found of an allocation and did,
+// and counts it (Metrics.Restore).
+func (a *allocRun) restoreEvent(typ, msg string) {
+	a.event(typ, msg)
+	if m, ok := a.r.o.Metrics.(RestoreMetrics); ok {
+		m.Restore(typ)
+	}
+}
+
+// RestoreMetrics counts what agents found and did when they took over
+// what a killed one left (the event types of re-adoption).
+type RestoreMetrics interface {
+	Restore(action string)
+}
+
+// StopAdopted ends an allocation a previous agent left, claimed by this
+// one, whose job or allocation was stopped (why says how): its recorded
+// tasks and what was started and not recorded are stopped and removed,
+// its network torn down, and it is recorded complete.
+func (r *Runner) StopAdopted(ctx context.Context, job *jobspec.Job, rec *store.Allocation, why string) *store.Allocation {
+	a := &allocRun{r: r, job: job, group: &jobspec.Group{Name: rec.Group}, index: rec.Index, alloc: rec, adopted: true}
+	if g := groupNamed(job, rec.Group); g != nil {
+		a.group = g
+	}
+	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", rec.Group)
+	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
+	if a.alloc.TimingsMS == nil {
+		a.alloc.TimingsMS = map[string]float64{}
+	}
+	return r.stopAdopted(ctx, a, why)
+}
+
+func (r *Runner) stopAdopted(ctx context.Context, a *allocRun, why string) *store.Allocation {
+	ctx = context.WithoutCancel(ctx)
+	a.found = a.findUnrecorded(ctx)
+	a.dropFound(ctx)
+	a.stopRecorded(ctx, why)
+	a.mu.Lock()
+	for i := range a.alloc.Tasks {
+		a.alloc.Tasks[i].State = "dead"
+	}
+	a.mu.Unlock()
+	a.restoreEvent(EventStopFinished, why)
+	a.finish(ctx, nil, true)
+	return a.snapshot()
 }
 
 func sameTasks(ts []store.TaskState, tasks []*jobspec.Task) bool {
@@ -136,7 +285,11 @@ func (a *allocRun) hasNetwork() bool {
 func (a *allocRun) resume(ctx context.Context) {
 	start := time.Now()
 	a.restoreNetwork()
-	handles := a.recoverTasks(ctx)
+	// Tasks recorded as neither started nor ended first (another task
+	// of the group ran): what an earlier agent started for them and did
+	// not record is adopted or removed.
+	found := a.findUnrecorded(context.WithoutCancel(ctx))
+	handles := a.recoverTasks(ctx, found)
 	netns := ""
 	if a.hasNetwork() {
 		netns = a.alloc.Network.NetnsPath
@@ -207,9 +360,14 @@ func (a *allocRun) restoreNetwork() {
 // recoverTasks re-attaches every recorded running task. One that cannot
 // be re-attached is cleaned up from its handle and left pending, to be
 // started again (counted as a restart).
-func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
+func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []driver.Handle {
 	handles := make([]driver.Handle, len(a.alloc.Tasks))
 	for i := range a.alloc.Tasks {
+		if found != nil && found[i] != nil {
+			// Adopted by findUnrecorded.
+			handles[i] = found[i]
+			continue
+		}
 		a.mu.Lock()
 		ts := a.alloc.Tasks[i]
 		a.mu.Unlock()
@@ -220,23 +378,44 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 			continue
 		}
 		drv, err := a.r.o.Drivers.Get(ctx, ts.Driver)
+		if err == nil && ts.Exited {
+			// Its exit was recorded; the agent died before the driver let
+			// go of it: the exit stands, what is left is removed.
+			handles[i] = &exitedHandle{res: &driver.ExitResult{ExitCode: ts.ExitCode, Signal: ts.Signal, StartedAt: ts.StartedAt, FinishedAt: ts.FinishedAt},
+				cleanup: func(ctx context.Context) error { return drv.Cleanup(ctx, *ts.Handle) }}
+			a.restoreEvent(EventExitRecorded, fmt.Sprintf("task %s had exited (code %d) before the last agent died; its exit is kept, %s removed", ts.Name, ts.ExitCode, describeHandle(ts.Handle)))
+			continue
+		}
 		var h driver.Handle
-		if err == nil {
-			h, err = drv.Recover(ctx, *ts.Handle)
+		for attempt := 0; err == nil; attempt++ {
+			// A driver's service starting (podman) may fail a first
+			// inspect: only a task proven gone is given up.
+			if h, err = drv.Recover(ctx, *ts.Handle); err == nil || errors.Is(err, driver.ErrNotRecoverable) || attempt == 4 || !sleep(ctx, time.Second) {
+				break
+			}
 		}
 		if err == nil {
 			fault.Point(fault.AfterRecover)
 			handles[i] = h
-			a.event(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
+			a.restoreEvent(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
 			continue
 		}
-		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
 		if drv != nil {
 			if cerr := drv.Cleanup(ctx, *ts.Handle); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 			}
 		}
-		a.event(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
+		if a.job.RunsToCompletion() {
+			// Its work may be done: running it again could do it twice.
+			a.log.Warn("task not re-attached and its exit cannot be known; not run again", "task", ts.Name, "err", err)
+			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (it ended while no agent ran, and what recorded its exit is gone): not run again", ts.Name, err))
+			a.setTask(i, func(ts *store.TaskState) {
+				ts.State, ts.Handle, ts.Failed, ts.ExitCode = "dead", nil, true, -1
+			})
+			continue
+		}
+		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
+		a.restoreEvent(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
 		a.setTask(i, func(ts *store.TaskState) {
 			ts.State, ts.Handle = "pending", nil
 			ts.Restarts++
@@ -244,6 +423,20 @@ func (a *allocRun) recoverTasks(ctx context.Context) []driver.Handle {
 	}
 	return handles
 }
+
+// exitedHandle is a task whose exit was recorded before the agent that
+// ran it died: Wait reports that exit, Destroy removes what is left.
+type exitedHandle struct {
+	res     *driver.ExitResult
+	cleanup func(context.Context) error
+}
+
+func (h *exitedHandle) State() store.TaskHandle { return store.TaskHandle{} }
+func (h *exitedHandle) Wait(context.Context) (*driver.ExitResult, error) {
+	return h.res, nil
+}
+func (h *exitedHandle) Stop(context.Context, time.Duration) error { return nil }
+func (h *exitedHandle) Destroy(ctx context.Context) error         { return h.cleanup(ctx) }
 
 func describeHandle(h *store.TaskHandle) string {
 	if h.ContainerID != "" {
@@ -301,7 +494,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if errors.Is(cerr, attach.ErrNetnsGone) {
 		what = "the namespace vanished while no agent ran"
 	}
-	a.event(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
+	a.restoreEvent(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
 	// The heal's teardown and setup steps are crash points of their own
 	// (heal/after-del, ...).
@@ -316,7 +509,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	if len(names) > 0 {
 		msg += "; tasks " + strings.Join(names, ", ") + " restarted into it"
 	}
-	a.event(EventHealed, msg)
+	a.restoreEvent(EventHealed, msg)
 	a.save(ctx)
 	fault.Point(fault.Healed)
 	return nst.NetnsPath, nil

@@ -72,11 +72,44 @@ func (r *Runner) StopAlloc(id string) (<-chan struct{}, error) {
 	first := !a.opStopped
 	a.opStopped = true
 	if first {
+		a.alloc.StopRequested = "alloc stop"
 		a.eventLocked("Stop Requested", "allocation stopped by the operator")
 	}
 	a.mu.Unlock()
+	if first {
+		// Recorded before anything stops: an agent killed meanwhile
+		// leaves the stop to the next one (stopAdopted), not a
+		// re-adoption.
+		a.save(context.Background())
+	}
 	a.cancel()
 	return a.done, nil
+}
+
+// RequestStops records on every allocation in flight that a stop was
+// asked (why: "drain", "job stop"), before anything is stopped: an agent
+// killed meanwhile leaves each stop to the next agent, which finishes it
+// instead of re-adopting the allocation. With job set, only that job's.
+func (r *Runner) RequestStops(ctx context.Context, job, why string) {
+	r.liveMu.Lock()
+	var live []*allocRun
+	for _, a := range r.live {
+		if job == "" || a.job.ID == job {
+			live = append(live, a)
+		}
+	}
+	r.liveMu.Unlock()
+	for _, a := range live {
+		a.mu.Lock()
+		set := a.alloc.StopRequested == ""
+		if set {
+			a.alloc.StopRequested = why
+		}
+		a.mu.Unlock()
+		if set {
+			a.save(ctx)
+		}
+	}
 }
 
 // targets are the running tasks named by task ("" is every running task);

@@ -193,6 +193,13 @@ type allocRun struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	opStopped bool
+	// adopted: an earlier agent made this allocation; found are the
+	// tasks findUnrecorded adopted, until the run supervises them.
+	adopted bool
+	found   []driver.Handle
+	// saveMu orders the record's writes: the last one written is the
+	// last snapshot taken (a stop request saved beside the run's end).
+	saveMu sync.Mutex
 
 	mu sync.Mutex // guards alloc
 }
@@ -296,6 +303,8 @@ func (a *allocRun) snapshot() *store.Allocation {
 // attachment record, not the allocation record, is what guarantees the
 // network is cleaned up.
 func (a *allocRun) save(ctx context.Context) {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
 	snap := a.snapshot()
 	if err := a.r.o.Store.PutAllocation(context.WithoutCancel(ctx), snap); err != nil {
 		a.log.Error("could not record allocation", "err", err)
@@ -377,7 +386,7 @@ func (a *allocRun) run(ctx context.Context) {
 		a.detachRecord(ctx)
 		return
 	}
-	a.runAndFinish(ctx, netns, netName != "", nil, start)
+	a.runAndFinish(ctx, netns, netName != "", a.takeFound(), start)
 }
 
 // runAndFinish runs the group's tasks (resuming those of handles, when
@@ -467,6 +476,11 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	// Teardown must happen even when the run was cancelled.
 	tctx, cancel := cleanup.Context(ctx, 3*time.Minute)
 	defer cancel()
+	// Tasks adopted and never supervised (the run ended first) go first.
+	a.dropFound(tctx)
+	// An earlier agent may have made the network of a re-adopted
+	// allocation that this one never set up.
+	hasNetwork = hasNetwork || a.adopted
 	// Nothing may still point at the allocation once its network goes.
 	a.servicesGone(tctx)
 	var tdErr error
@@ -771,7 +785,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	fault.PointCtx(ctx, fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
-		ts.State, ts.StartedAt, ts.Handle = "running", time.Now(), &st
+		ts.State, ts.StartedAt, ts.Handle, ts.Exited = "running", time.Now(), &st, false
 	})
 	a.save(ctx)
 	a.taskStarted(i)
@@ -792,6 +806,20 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 	}
 	fault.Point(fault.TaskExited)
 	a.taskStopping(ctx, i)
+	if werr == nil && res != nil {
+		// Recorded before the driver lets go of the task (a container
+		// removed, a status file gone): an agent killed in between leaves
+		// the next one this exit, not a task it would run again.
+		a.setTask(i, func(ts *store.TaskState) {
+			ts.Exited, ts.ExitCode, ts.Signal = true, res.ExitCode, res.Signal
+			ts.FinishedAt = res.FinishedAt
+			if ts.FinishedAt.IsZero() {
+				ts.FinishedAt = time.Now()
+			}
+		})
+		a.save(ctx)
+		fault.Point(fault.TaskExitRecorded)
+	}
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)

@@ -111,6 +111,11 @@ type TaskState struct {
 	StartedAt  time.Time   `json:"started_at,omitempty"`
 	FinishedAt time.Time   `json:"finished_at,omitempty"`
 	Handle     *TaskHandle `json:"handle,omitempty"`
+	// Exited is set once the task's process ended and its result
+	// (ExitCode, Signal, FinishedAt) is recorded, before the driver lets
+	// go of it (Handle kept until then): an agent killed in between leaves
+	// the next one the exit, never a task to run again.
+	Exited bool `json:"exited,omitempty"`
 }
 
 // Event is one line of an allocation's timeline.
@@ -173,9 +178,14 @@ type Allocation struct {
 	// Detached is set when a stopping agent left the allocation running
 	// for the next one to re-adopt: gc keeps it (its owner is gone on
 	// purpose) until an agent re-adopts it or gc is told to reclaim it.
-	Detached   bool      `json:"detached,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	ModifiedAt time.Time `json:"modified_at"`
+	Detached bool `json:"detached,omitempty"`
+	// StopRequested is set (to what asked: "alloc stop", "job stop",
+	// "drain") when the operator stopped the allocation, before anything
+	// is stopped: an agent that dies meanwhile leaves the stop to the next
+	// one, which finishes it instead of re-adopting the allocation.
+	StopRequested string    `json:"stop_requested,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	ModifiedAt    time.Time `json:"modified_at"`
 	// Timings in milliseconds, by phase name (netns, add, task, driver_cleanup, del, remove).
 	TimingsMS       map[string]float64 `json:"timings_ms,omitempty"`
 	TeardownRetries int                `json:"teardown_retries,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -166,4 +167,56 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+var _ driver.Finder = (*Driver)(nil)
+
+// Find implements driver.Finder for a task of allocID an earlier berth
+// started and did not record. Its supervisor (found by its command line)
+// and task cgroup are removed, the task with them: a supervisor cannot be
+// re-attached without the start times its handle records. A task that
+// already ended left its status file in allocDir: it is re-attached from
+// it (Recover), so that its exit is recorded and it is not run again.
+func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (driver.Handle, []string, error) {
+	var removed []string
+	sups, err := d.supervisors(ctx, d.storeID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: find the supervisors of task %s/%s: %w", d.name, allocID, task, err)
+	}
+	for _, l := range sups {
+		if l.AllocID != allocID || l.Task != task {
+			continue
+		}
+		if err := d.RemoveLeftover(ctx, l); err != nil {
+			return nil, removed, err
+		}
+		removed = append(removed, "supervisor "+l.ID)
+	}
+	if cg, err := cgroup.Children(d.hierarchies(), d.cgroupParent); err == nil {
+		for _, n := range cg {
+			if n != d.storeID+"."+allocID+"."+task {
+				continue
+			}
+			l := driver.Leftover{Driver: d.name, StoreID: d.storeID, Kind: KindCgroup, ID: filepath.Join(d.cgroupParent, n), AllocID: allocID, Task: task}
+			if err := d.RemoveLeftover(ctx, l); err != nil {
+				return nil, removed, err
+			}
+			removed = append(removed, "cgroup "+l.ID)
+		}
+	}
+	if len(removed) > 0 || allocDir == "" {
+		return nil, removed, nil
+	}
+	path := filepath.Join(allocDir, statusName(task))
+	st, err := readStatus(path)
+	if err != nil || st.StoreID != d.storeID || st.AllocID != allocID || st.Task != task || !st.FinishedAt.After(since) {
+		// Not this task's, or an earlier attempt's (recorded already).
+		return nil, nil, nil
+	}
+	h, err := d.Recover(ctx, store.TaskHandle{Driver: d.name, SupervisorPID: st.SupervisorPID, SupervisorStartTime: st.SupervisorStart,
+		PID: st.PID, PIDStartTime: st.PIDStart, StatusPath: path, AllocID: allocID, Task: task})
+	if err != nil {
+		return nil, nil, nil
+	}
+	return h, nil, nil
 }

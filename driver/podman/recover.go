@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/store"
@@ -101,4 +102,62 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	}
 	removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
 	return nil
+}
+
+var _ driver.Finder = (*Driver)(nil)
+
+// Find implements driver.Finder: the container of task of allocID an
+// earlier berth created and did not record (found by its labels). The
+// one named as Start names it is re-attached (Recover); one that never
+// started (created only) and any other of that task are removed.
+func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time) (driver.Handle, []string, error) {
+	l, err := d.c.listByLabel(ctx, LabelAllocID, allocID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("podman: find the containers of task %s/%s: %w", allocID, task, err)
+	}
+	want := ContainerName(allocID, task)
+	var h driver.Handle
+	var removed []string
+	for _, e := range l {
+		if e.Labels[LabelStore] != d.storeID || e.Labels[LabelTask] != task {
+			continue
+		}
+		name := ""
+		if len(e.Names) > 0 {
+			name = strings.TrimPrefix(e.Names[0], "/")
+		}
+		if h == nil && name == want {
+			st, err := d.c.inspect(ctx, e.ID)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, removed, fmt.Errorf("podman: inspect container %s: %w", name, err)
+			}
+			if s := st.State.Status; s != "created" && s != "configured" && s != "initialized" {
+				h, err = d.Recover(ctx, store.TaskHandle{Driver: Name, ContainerID: e.ID, ContainerName: name, AllocID: allocID, Task: task})
+				if err == nil {
+					continue
+				}
+				if !errors.Is(err, driver.ErrNotRecoverable) {
+					return nil, removed, err
+				}
+			}
+		}
+		if err := d.removeContainer(ctx, e.ID, name, nil); err != nil {
+			return h, removed, fmt.Errorf("podman: remove container %s of task %s/%s: %w", name, allocID, task, err)
+		}
+		if name != "" {
+			removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
+		}
+		removed = append(removed, "container "+shortContainerID(e.ID))
+	}
+	return h, removed, nil
+}
+
+func shortContainerID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }

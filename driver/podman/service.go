@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,16 +113,31 @@ func startService(ctx context.Context, podmanBin, socket, conf, stateDir string,
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Own process group, so that a terminal's Ctrl-C to berth does not kill
-	// the service before berth stopped its tasks.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting podman service on %s: %w", socket, err)
-	}
+	// the service before berth stopped its tasks. SIGTERM when berth dies
+	// (SIGKILL too): containers live on in their conmon, and the next
+	// berth starts a service of its own; a service of a dead berth must
+	// not run on for ever.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	s := &service{cmd: cmd, pidFile: pidFile, socket: socket, logPath: logPath, exited: make(chan struct{}), log: log}
+	// The parent-death signal is sent when the thread that forked exits,
+	// not the process: the fork and the wait run on one locked thread,
+	// kept until the service has exited (Go ends threads a locked
+	// goroutine leaves, as the namespace code does).
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		close(s.exited)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("starting podman service on %s: %w", socket, err)
+	}
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("writing podman service PID file %s: %w", pidFile, err)

@@ -53,6 +53,8 @@ const (
 	// The task exited (stopped, or by itself), not destroyed, its exit
 	// not recorded.
 	TaskExited = "task-exited"
+	// Its exit recorded, the task not destroyed.
+	TaskExitRecorded = "task-exit-recorded"
 	// The task destroyed (driver holds nothing), its exit not recorded.
 	TaskDestroyed        = "task-destroyed"
 	BeforeRecordTerminal = "before-record-terminal" // tasks gone, network torn down, allocation not yet terminal
