@@ -139,18 +139,18 @@ func (v *hostView) instances(id, task string) []string {
 // violations lists the allocations of o.jobs that are neither running
 // (owned by the live agent, each task alive, one container or supervisor
 // per task, the namespace there and passing CNI CHECK, services
-// registered) nor terminal with nothing of them left.
-func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o invariantOpts) []string {
+// registered) nor terminal with nothing of them left. With o.inFlight,
+// allocations created after since that are not terminal yet are the live
+// agent's business and skipped. The allocations are read before the host,
+// so that what a terminal one left is no race with its teardown.
+func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o invariantOpts, since time.Time) []string {
 	var out []string
 	st, err := store.Open(ctx, e.cfg.DataDir, store.Options{})
 	if err != nil {
 		return []string{fmt.Sprintf("open store %s: %v", e.cfg.DataDir, err)}
 	}
 	defer st.Close()
-	v, err := readHost(ctx)
-	if err != nil {
-		return []string{err.Error()}
-	}
+	var allocs []*api.Allocation
 	for _, job := range o.jobs {
 		stubs, err := c.Allocations(ctx, job)
 		if err != nil {
@@ -160,20 +160,31 @@ func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o
 		for _, s := range stubs {
 			a, err := c.Allocation(ctx, s.ID)
 			if err != nil {
-				out = append(out, fmt.Sprintf("allocation %s: %v", s.ID, err))
+				if !strings.Contains(err.Error(), "not found") { // retention removed it meanwhile
+					out = append(out, fmt.Sprintf("allocation %s: %v", s.ID, err))
+				}
 				continue
 			}
-			switch a.Status {
-			case api.AllocRunning:
-				out = append(out, e.runningViolations(ctx, st, v, a, agentPID, o.services[job], o.inFlight)...)
-			case api.AllocPending:
-				if !o.inFlight || a.OwnerPID != agentPID {
-					out = append(out, fmt.Sprintf("allocation %s of %s: pending, owner pid %d (agent %d)", a.ID, job, a.OwnerPID, agentPID))
-				}
-			default:
-				for _, l := range e.leftovers(ctx, st, v, a) {
-					out = append(out, fmt.Sprintf("allocation %s of %s is %s but %s", a.ID, job, a.Status, l))
-				}
+			allocs = append(allocs, a)
+		}
+	}
+	v, err := readHost(ctx)
+	if err != nil {
+		return append(out, err.Error())
+	}
+	for _, a := range allocs {
+		terminal := a.Status != api.AllocRunning && a.Status != api.AllocPending
+		if o.inFlight && !terminal && a.CreatedAt.After(since) && a.OwnerPID == agentPID {
+			continue
+		}
+		switch a.Status {
+		case api.AllocRunning:
+			out = append(out, e.runningViolations(ctx, st, v, a, agentPID, o.services[a.JobID], o.inFlight)...)
+		case api.AllocPending:
+			out = append(out, fmt.Sprintf("allocation %s of %s: pending, owner pid %d (agent %d)", a.ID, a.JobID, a.OwnerPID, agentPID))
+		default:
+			for _, l := range e.leftovers(ctx, st, v, a) {
+				out = append(out, fmt.Sprintf("allocation %s of %s is %s but %s", a.ID, a.JobID, a.Status, l))
 			}
 		}
 	}
@@ -209,7 +220,7 @@ func (e *testEnv) runningViolations(ctx context.Context, st *store.Store, v *hos
 		case !handleAlive(ctx, ts.Handle):
 			bad("task %s is not alive (%+v)", ts.Name, *ts.Handle)
 		case len(ins) != 1:
-			bad("task %s has %d instances: %s", ts.Name, len(ins), strings.Join(ins, ", "))
+			bad("task %s has %d instances: %s (containers of it: %v)", ts.Name, len(ins), strings.Join(ins, ", "), v.containers[a.ID])
 		}
 	}
 	if a.Network != nil && a.Network.NetnsPath != "" {
@@ -290,9 +301,10 @@ func (e *testEnv) leftovers(ctx context.Context, st *store.Store, v *hostView, a
 func (e *testEnv) waitInvariants(t *testing.T, c *api.Client, agentPID int, o invariantOpts, d time.Duration) {
 	t.Helper()
 	ctx := testenv.Context(t, d+time.Minute)
-	deadline := time.Now().Add(d)
+	since := time.Now()
+	deadline := since.Add(d)
 	for {
-		v := e.violations(ctx, c, agentPID, o)
+		v := e.violations(ctx, c, agentPID, o, since)
 		if len(v) == 0 {
 			return
 		}
