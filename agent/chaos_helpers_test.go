@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -95,14 +96,21 @@ func readHost(ctx context.Context) (*hostView, error) {
 		}
 	}
 	if _, err := exec.LookPath("podman"); err == nil {
-		out, err := exec.CommandContext(ctx, "podman", "ps", "-a", "--filter", "label=berth.alloc_id", "--format", `{{.ID}} {{.State}} {{index .Labels "berth.task"}} {{index .Labels "berth.alloc_id"}}`).Output()
+		out, err := exec.CommandContext(ctx, "podman", "ps", "-a", "--format", "json").Output()
 		if err != nil {
 			return nil, fmt.Errorf("podman ps: %w", err)
 		}
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			f := strings.Fields(l)
-			if len(f) == 4 {
-				v.containers[f[3]] = append(v.containers[f[3]], strings.Join(f[:3], " "))
+		var cs []struct {
+			ID     string `json:"Id"`
+			State  string
+			Labels map[string]string
+		}
+		if err := json.Unmarshal(out, &cs); err != nil {
+			return nil, fmt.Errorf("podman ps: %w", err)
+		}
+		for _, c := range cs {
+			if id := c.Labels["berth.alloc_id"]; id != "" {
+				v.containers[id] = append(v.containers[id], fmt.Sprintf("%.12s %s %s", c.ID, c.State, c.Labels["berth.task"]))
 			}
 		}
 	}
