@@ -80,6 +80,12 @@ func crashJob(driver string) string {
 	return `job "bcs-svc" {
   type = "service"
   group "g" {
+    restart {
+      attempts = 3
+      interval = "1m"
+      delay    = "1s"
+      mode     = "fail"
+    }
     network {
       mode = "cni/private"
       port "http" {
