@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/keyed"
 	"github.com/berth/berth/metrics"
 	"github.com/berth/berth/node"
@@ -305,6 +306,7 @@ func (a *Agent) drain() {
 	// Recorded first: an agent killed during the drain leaves each stop
 	// to the next agent, which finishes it instead of re-adopting.
 	a.runner.RequestStops(ctx, "", "drain")
+	fault.Point(fault.DrainRequested)
 	live, _ := a.node.Store.ListAllocations(ctx, store.AllocFilter{NonTerminal: true})
 	for _, jr := range running {
 		jr.cancel()
@@ -330,6 +332,7 @@ func (a *Agent) drain() {
 	a.mu.Lock()
 	a.drainReport = rep
 	a.mu.Unlock()
+	fault.Point(fault.DrainStopped)
 }
 
 // detach stops launching and lets every run return without stopping

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
@@ -556,6 +557,7 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 	// the run's end, which deletes the record, comes after): an agent
 	// killed meanwhile leaves it to the next one, which finishes it.
 	a.putJob(ctx, jr.rec)
+	fault.Point(fault.StopRequested)
 	done := jr.done
 	a.mu.Unlock()
 	a.runner.RequestStops(ctx, id, "job stop")

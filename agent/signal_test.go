@@ -60,6 +60,13 @@ func (e *testEnv) writeConfig(t *testing.T) string {
 // reconcile, and then drained.
 func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agentProc {
 	t.Helper()
+	return e.startBinaryEnv(t, cfgPath, c, nil, true)
+}
+
+// startBinaryEnv is startBinary with env added to the agent's
+// environment; without healthy it returns once the process started.
+func (e *testEnv) startBinaryEnv(t *testing.T, cfgPath string, c *api.Client, env []string, healthy bool) *agentProc {
+	t.Helper()
 	bin := berthBinary.Path(t)
 	if !e.reaping {
 		// Registered before the process's own cleanup, so it runs after it.
@@ -68,8 +75,16 @@ func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agen
 	}
 	logf, err := os.OpenFile(filepath.Join(e.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	testenv.Must(t, err)
+	// This agent's part of the log, shown if the test fails.
+	var from int64
+	if fi, err := logf.Stat(); err == nil {
+		from = fi.Size()
+	}
 	cmd := exec.Command(bin, "agent", "-config", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	testenv.Must(t, cmd.Start())
 	p := &agentProc{t: t, cfg: cfgPath, sock: e.cfg.API.Socket, cmd: cmd, done: make(chan struct{}), log: logf}
 	go func() {
@@ -81,9 +96,15 @@ func (e *testEnv) startBinary(t *testing.T, cfgPath string, c *api.Client) *agen
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("agent log:\n%s", b)
+			if from <= int64(len(b)) {
+				b = b[from:]
+			}
+			t.Logf("log of agent pid %d:\n%s", cmd.Process.Pid, b)
 		}
 	})
+	if !healthy {
+		return p
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -360,7 +360,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 			err = m.runUndo(ctx, err, undo)
 		}
 	}()
-	fault.Point(fault.AfterIntent)
+	fault.PointCtx(ctx, fault.AfterIntent)
 
 	d, err := m.createNetns(ctx, req.ID)
 	t.Netns += ms(d)
@@ -378,7 +378,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 		_, err := m.teardown(ctx, rec, log)
 		return err
 	}
-	fault.Point(fault.AfterNetns)
+	fault.PointCtx(ctx, fault.AfterNetns)
 
 	res, d, err := m.add(ctx, net, m.cniAttachment(req.ID, path, rec.IfName, req.Args, req.CapabilityArgs))
 	t.Add += ms(d)
@@ -386,7 +386,7 @@ func (m *Manager) create(ctx context.Context, req Request, net *cni.Network, log
 		log.Warn("CNI ADD failed; undoing", "err", err)
 		return nil, fmt.Errorf("setup %s: %w", req.ID, err)
 	}
-	fault.Point(fault.AfterAdd)
+	fault.PointCtx(ctx, fault.AfterAdd)
 
 	start = time.Now()
 	rec.Result = res.Raw
@@ -735,7 +735,7 @@ func (m *Manager) teardown(ctx context.Context, rec *store.Attachment, log *slog
 			return rep, m.fail(ctx, rec, fmt.Errorf("teardown %s: %w", rec.ID, err))
 		}
 	}
-	fault.Point(fault.AfterDel)
+	fault.PointCtx(ctx, fault.AfterDel)
 
 	if err := m.remove(ctx, rec.NetnsPath, rep, log); err != nil {
 		return rep, m.fail(ctx, rec, err)

@@ -284,7 +284,7 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 		return rep, fmt.Errorf("unmount netns %s: %w", path, err)
 	}
 
-	fault.Point(fault.DuringRemove)
+	fault.PointCtx(ctx, fault.DuringRemove)
 	// Unlink fails with EBUSY while another mount is still stacked on the
 	// path (a racing setup); detach again and retry with a bounded backoff.
 	backoff := 5 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/internal/cleanup"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/jobspec"
 	"github.com/berth/berth/store"
@@ -80,6 +81,7 @@ func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
 		return fmt.Errorf("claim allocation %s: %w", a.ID, err)
 	}
+	fault.Point(fault.AfterClaim)
 	return nil
 }
 
@@ -300,10 +302,16 @@ func (a *allocRun) resume(ctx context.Context) {
 	netns := ""
 	if a.hasNetwork() {
 		netns = a.alloc.Network.NetnsPath
+		heals := a.heals()
 		path, err := a.checkNetwork(ctx, handles)
 		if err != nil {
 			a.finish(ctx, err, true)
 			return
+		}
+		if a.heals() > heals {
+			// The tasks restart into the healed namespace: their start is
+			// a crash point of the heal (heal/task-started).
+			ctx = fault.Within(ctx, fault.HealScope)
 		}
 		netns = path
 	}
@@ -319,6 +327,19 @@ func (a *allocRun) resume(ctx context.Context) {
 		a.started(a.snapshot())
 	}
 	a.runAndFinish(ctx, netns, a.hasNetwork(), handles, start)
+}
+
+// heals counts the allocation's Network Healed events.
+func (a *allocRun) heals() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, e := range a.alloc.Events {
+		if e.Type == EventHealed {
+			n++
+		}
+	}
+	return n
 }
 
 func countHandles(hs []driver.Handle) int {
@@ -386,6 +407,7 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 			}
 		}
 		if err == nil {
+			fault.Point(fault.AfterRecover)
 			handles[i] = h
 			a.restoreEvent(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
 			continue
@@ -447,6 +469,7 @@ func describeHandle(h *store.TaskHandle) string {
 func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (string, error) {
 	id := a.alloc.ID
 	st, cerr := a.r.o.Attach.Check(ctx, id)
+	fault.Point(fault.AfterCheck)
 	switch {
 	case cerr == nil && st.CheckSkipped != "":
 		a.event(EventCheckSkipped, "CHECK of namespace "+st.NetnsPath+" skipped: "+st.CheckSkipped)
@@ -479,13 +502,16 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 			ts.Restarts++
 		})
 	}
+	fault.Point(fault.HealTasksStopped)
 	what := "CNI CHECK failed"
 	if errors.Is(cerr, attach.ErrNetnsGone) {
 		what = "the namespace vanished while no agent ran"
 	}
 	a.restoreEvent(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
 	mode := a.group.Network.Mode
-	nst, err := a.setupNetwork(context.WithoutCancel(ctx), networkName(mode, a.r.o.Bridge))
+	// The heal's teardown and setup steps are crash points of their own
+	// (heal/after-del, ...).
+	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope), networkName(mode, a.r.o.Bridge))
 	if err != nil {
 		return "", fmt.Errorf("network CHECK failed: %v; healing it failed: %w", cerr, err)
 	}
@@ -498,6 +524,7 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 	}
 	a.restoreEvent(EventHealed, msg)
 	a.save(ctx)
+	fault.Point(fault.Healed)
 	return nst.NetnsPath, nil
 }
 

@@ -567,7 +567,9 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	}
 	a.alloc.StatusDesc = strings.Join(msgs, "; ")
 	a.mu.Unlock()
+	fault.Point(fault.BeforeRecordTerminal)
 	a.save(ctx)
+	fault.Point(fault.AfterRecordTerminal)
 	if m := a.r.o.Metrics; m != nil {
 		m.AllocDone(string(a.alloc.Status))
 	}
@@ -821,7 +823,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	}
 	// Started, not yet recorded: what a crash here leaves is found by
 	// gc's task sweep (container labels, task cgroups, supervisors).
-	fault.Point(fault.TaskStarted)
+	fault.PointCtx(ctx, fault.TaskStarted)
 	st := h.State()
 	a.setTask(i, func(ts *store.TaskState) {
 		ts.State, ts.StartedAt, ts.Handle, ts.NotStarted, ts.Exited = "running", a.now(), &st, "", false
@@ -835,7 +837,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	a.phase(ctx, PhaseRunning)
 	a.taskStarted(i)
 	a.taskRunning(ctx, i, h)
-	fault.Point(fault.TaskRunning)
+	fault.PointCtx(ctx, fault.TaskRunning)
 	return a.supervise(ctx, i, h, dt)
 }
 
@@ -849,6 +851,7 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 		// Left running: its handle stays recorded.
 		return nil, werr
 	}
+	fault.Point(fault.TaskExited)
 	a.taskStopping(ctx, i)
 	if werr == nil && res != nil {
 		// Recorded before the driver lets go of the task (a container
@@ -859,12 +862,14 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 			ts.FinishedAt = a.finishedAt(i, ts, res)
 		})
 		a.save(ctx)
+		fault.Point(fault.TaskExitRecorded)
 	}
 	dstart := time.Now()
 	dctx, cancel := cleanup.Context(ctx, 2*time.Minute)
 	derr := h.Destroy(dctx)
 	cancel()
 	a.timing("driver_cleanup", time.Since(dstart))
+	fault.Point(fault.TaskDestroyed)
 	if derr != nil {
 		return res, fmt.Errorf("driver cleanup: %w", derr)
 	}

@@ -6,6 +6,7 @@
 package fault
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"syscall"
@@ -30,6 +31,38 @@ const (
 	TaskStarted          = "task-started"           // the driver's Start returned, handle not recorded
 )
 
+// Crash points of the restore path: what the next agent does with the
+// allocations a dead agent left (claim, re-attach, CHECK, heal).
+const (
+	AfterClaim   = "after-claim"   // allocation claimed (recorded as the new agent's), nothing resumed
+	AfterRecover = "after-recover" // a task re-attached (driver Recover), not recorded
+	AfterCheck   = "after-check"   // the namespace CHECKed, the result not acted on
+	// Heal, after a failed CHECK: the running tasks stopped, then the
+	// attachment torn down and made again. The teardown's and setup's own
+	// points fire inside the heal as HealScope+"/"+point (heal/after-del,
+	// heal/during-remove, heal/after-netns, heal/after-add), and the task
+	// restarted into the new namespace as heal/task-started.
+	HealTasksStopped = "heal-tasks-stopped" // tasks stopped and destroyed, recorded pending; namespace untouched
+	Healed           = "healed"             // namespace made again and recorded, tasks not restarted
+	HealScope        = "heal"
+)
+
+// Crash points of the stop path (job stop, alloc stop, drain).
+const (
+	StopRequested = "stop-requested" // a job stop received, nothing stopped
+	// The task exited (stopped, or by itself), not destroyed, its exit
+	// not recorded.
+	TaskExited = "task-exited"
+	// Its exit recorded, the task not destroyed.
+	TaskExitRecorded = "task-exit-recorded"
+	// The task destroyed (driver holds nothing), its exit not recorded.
+	TaskDestroyed        = "task-destroyed"
+	BeforeRecordTerminal = "before-record-terminal" // tasks gone, network torn down, allocation not yet terminal
+	AfterRecordTerminal  = "after-record-terminal"  // allocation recorded terminal, the job's end not recorded
+	DrainRequested       = "drain-requested"        // drain received, nothing stopped
+	DrainStopped         = "drain-stopped"          // every job stopped, the agent not yet exited
+)
+
 // Failure points: the operation fails with ENOSPC instead of running.
 const (
 	FailPutAllocation = "fail-put-allocation" // store.PutAllocation: no allocation can be recorded
@@ -51,6 +84,35 @@ func Point(name string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is delivered asynchronously
 	}
+}
+
+type scopeKey struct{}
+
+// Within marks ctx as inside scope (such as HealScope): PointCtx(ctx, p)
+// then also fires for BERTH_FAULT=<scope>/<p>, so that a step shared by
+// several paths (a teardown) can be killed in one of them only.
+func Within(ctx context.Context, scope string) context.Context {
+	if !Active() {
+		return ctx
+	}
+	if outer, _ := ctx.Value(scopeKey{}).(string); outer != "" {
+		scope = outer + "/" + scope
+	}
+	return context.WithValue(ctx, scopeKey{}, scope)
+}
+
+// PointCtx is Point for a step that may run inside a scope (Within): it
+// kills the process if BERTH_FAULT names the point, alone or as
+// <scope>/<point> for ctx's scope.
+func PointCtx(ctx context.Context, name string) {
+	v := os.Getenv(Env)
+	if v == "" {
+		return
+	}
+	if scope, _ := ctx.Value(scopeKey{}).(string); scope != "" && v == scope+"/"+name {
+		Point(v)
+	}
+	Point(name)
 }
 
 // Active reports whether any crash point is armed (to skip work that only
