@@ -339,7 +339,7 @@ func (e *testEnv) assertHostAsBefore(t *testing.T, before testenv.Snapshot) {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	if unlock, err := attach.LockHost(ctx, "", true); err == nil {
-		_, _ = hostclean.TidySharedChains(ctx)
+		_, _ = hostclean.TidySharedChains(ctx, hostclean.Plan{})
 		unlock()
 	}
 	var left []string
