@@ -112,6 +112,11 @@ type Options struct {
 	// pid_mode/ipc_mode "host".
 	AllowHostPIDMode bool
 	AllowHostIPCMode bool
+	// NoSeccomp runs exec tasks without the default seccomp filter
+	// (which denies namespaces, mounts, kernel modules, BPF, ptrace...:
+	// see driver/exec/supervisor/seccomp.go). A node setting: no job can
+	// turn the filter off.
+	NoSeccomp bool
 }
 
 // Driver is the raw_exec or the exec driver.
@@ -128,6 +133,7 @@ type Driver struct {
 	allowCaps    map[int]bool
 	allowHostPID bool
 	allowHostIPC bool
+	noSeccomp    bool
 	slots        chan struct{}
 
 	findOnce sync.Once
@@ -163,6 +169,7 @@ func newDriver(name string, isolate bool, opts Options) *Driver {
 		allowCaps:    map[int]bool{},
 		allowHostPID: opts.AllowHostPIDMode,
 		allowHostIPC: opts.AllowHostIPCMode,
+		noSeccomp:    opts.NoSeccomp,
 	}
 	if d.log == nil {
 		d.log = slog.Default()

@@ -28,12 +28,17 @@ const (
 // the task's first process, which sets it up and execs it.
 func Main(args []string) int {
 	if len(args) >= 2 {
+		// Each is handed exactly its descriptors (see the FD
+		// constants); anything else open is berth's inheritance.
 		switch args[1] {
 		case "run":
+			_ = closeInherited(replyFD + 1)
 			return run(args)
 		case "init":
+			_ = closeInherited(replyFD + 1)
 			return initMain()
 		case "enter":
+			_ = closeInherited(enterRootFD + 1)
 			return enterMain()
 		}
 	}
