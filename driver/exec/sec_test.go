@@ -2,9 +2,11 @@ package exec
 
 import (
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,5 +146,132 @@ func TestSecExecPIDReused(t *testing.T) {
 	other := &handle{drv: d, supPID: h.supPID, supStart: h.supStart, allocID: h.allocID, task: "other"}
 	if _, _, err := other.recordedSpec(); err == nil || !strings.Contains(err.Error(), "not the supervisor of task") {
 		t.Fatalf("the supervisor of another task was taken: %v", err)
+	}
+}
+
+// fdList is what `ls /proc/self/fd` printed, as one line.
+func fdList(out string) string { return strings.Join(strings.Fields(out), " ") }
+
+// Descriptors berth inherited without close-on-exec (a service manager's,
+// a shell's 10 and 251) reach neither the supervisor, nor the task, nor a
+// command run in it: they get 0, 1 and 2 (3 is ls's own directory).
+func TestSecTaskFDs(t *testing.T) {
+	requireRoot(t)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	for _, fd := range []int{10, 251} {
+		// dup2 leaves the copy without close-on-exec, as an inherited
+		// descriptor is.
+		if err := syscall.Dup2(int(devnull.Fd()), fd); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+	}
+	for _, d := range drivers() {
+		t.Run(d.Name(), func(t *testing.T) {
+			task := newTask(t, "", sh("ls /proc/self/fd; exec sleep 1000"))
+			h := start(t, d, task)
+			waitFor(t, "the task's output", func() bool {
+				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout"))
+				return len(b) > 0
+			})
+			if got := fdList(readLog(t, task, "stdout")); got != "0 1 2 3" {
+				t.Errorf("the task has descriptors %s, want 0 1 2 3", got)
+			}
+			ents, err := os.ReadDir("/proc/" + strconv.Itoa(h.State().SupervisorPID) + "/fd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() == "10" || e.Name() == "251" {
+					t.Errorf("the supervisor holds berth's inherited descriptor %s", e.Name())
+				}
+			}
+			if _, out := execIn(t, h, nil, "ls", "/proc/self/fd"); fdList(out) != "0 1 2 3" {
+				t.Errorf("exec has descriptors %s, want 0 1 2 3", fdList(out))
+			}
+		})
+	}
+}
+
+// An exec task runs under the default seccomp filter: no user namespace
+// (unshare -Ur), no mount, while ordinary commands work; so does a
+// command run in it. The node setting turns it off; raw_exec has none.
+func TestSecExecSeccomp(t *testing.T) {
+	requireRoot(t)
+	const script = `grep '^Seccomp:' /proc/self/status; unshare -Ur true 2>/dev/null; echo "unshare=$?"; ` +
+		`mkdir -p ./local/m; mount -t tmpfs none ./local/m 2>/dev/null; echo "mount=$?"; echo ok > ./local/x && cat ./local/x`
+	for _, tc := range []struct {
+		name string
+		d    *Driver
+		user string
+		want []string
+	}{
+		{"exec", NewExec(Options{StoreID: testStore}), "", []string{"Seccomp:\t2", "unshare=1", "mount=", "ok"}},
+		{"exec as root", NewExec(Options{StoreID: testStore, DeniedUsers: []string{}}), "root", []string{"Seccomp:\t2", "unshare=1", "mount=1", "ok"}},
+		{"exec without seccomp", NewExec(Options{StoreID: testStore, NoSeccomp: true}), "", []string{"Seccomp:\t0", "unshare=0", "ok"}},
+		{"raw_exec", NewRawExec(Options{StoreID: testStore}), "nobody", []string{"Seccomp:\t0", "unshare=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := newTask(t, "", sh(script+"; echo done; exec sleep 1000"))
+			task.User = tc.user
+			h := start(t, tc.d, task)
+			waitFor(t, "the task's output", func() bool {
+				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout"))
+				return strings.Contains(string(b), "done")
+			})
+			out := readLog(t, task, "stdout")
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("task output lacks %q:\n%s", w, out)
+				}
+			}
+			_, out = execIn(t, h, nil, "/bin/sh", "-c", `grep '^Seccomp:' /proc/self/status; unshare -Ur true 2>/dev/null; echo "unshare=$?"`)
+			for _, w := range tc.want[:2] {
+				if !strings.Contains(out, w) {
+					t.Errorf("exec output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// A raw_exec task running as nobody writes its own local/ by the path
+// NOMAD_TASK_DIR gives, though the allocation dir is root's 0750 under a
+// data dir of 0700; another local user still cannot get in.
+func TestSecRawExecTaskDirAccess(t *testing.T) {
+	requireRoot(t)
+	data := filepath.Join(t.TempDir(), "data")
+	allocDir := filepath.Join(data, "alloc", "btsec-"+randSuffix(t))
+	if err := os.MkdirAll(allocDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(allocDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	task := newTask(t, "", nil)
+	task.AllocDir, task.LogDir = allocDir, allocDir
+	task.User = "nobody"
+	local := filepath.Join(driver.TaskDir(allocDir, task.TaskName), "local")
+	task.Config = sh("cd / && echo hi > " + local + "/x && cat " + local + "/x")
+	res, out := runTask(t, NewRawExec(Options{StoreID: testStore}), task)
+	if !res.Successful() || strings.TrimSpace(out) != "hi" {
+		t.Fatalf("task as nobody could not write %s: %+v %q %s", local, res, out, readLog(t, task, "stderr"))
+	}
+	// Another user (no ACL entry) cannot reach it.
+	cmd := osexec.Command("/bin/cat", filepath.Join(local, "x"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 12345, Gid: 12345}}
+	if b, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("uid 12345 read the task's file: %s", b)
+	}
+	fi, err := os.Stat(allocDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&0o007 != 0 {
+		t.Fatalf("the alloc dir is open to others: %v", fi.Mode())
 	}
 }
