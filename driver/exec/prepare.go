@@ -329,18 +329,22 @@ func (l *launch) makeDirs() error {
 // NOMAD_TASK_DIR names it): search, not listing, on the allocation dir
 // and on each root-owned ancestor that others may not search (the data
 // dir, 0700), through an ACL entry naming uid alone, so that no other
-// local user gains anything. The walk stops at the first directory any
-// user may search. The entries on the data dir stay (search only, for
-// the few users tasks run as); the allocation dir's go with it.
+// local user gains anything. The walk goes up to / and stops at a
+// directory root does not own (not berth's to change). The entries on
+// the data dir stay (search only, for the few users tasks run as); the
+// allocation dir's go with it.
 func grantSearch(allocDir string, uid int) error {
-	for dir := filepath.Clean(allocDir); ; dir = filepath.Dir(dir) {
+	for dir := filepath.Clean(allocDir); dir != "/"; dir = filepath.Dir(dir) {
 		fi, err := os.Lstat(dir)
 		if err != nil {
 			return err
 		}
 		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || fi.Mode().Perm()&0o001 != 0 || st.Uid != 0 || dir == "/" {
+		if !ok || st.Uid != 0 || !fi.IsDir() {
 			return nil
+		}
+		if fi.Mode().Perm()&0o001 != 0 {
+			continue
 		}
 		if err := acl.GrantSearch(dir, uid); err != nil {
 			if errors.Is(err, acl.ErrUnsupported) {
@@ -351,6 +355,7 @@ func grantSearch(allocDir string, uid int) error {
 			return err
 		}
 	}
+	return nil
 }
 
 // spec is what the supervisor gets.
