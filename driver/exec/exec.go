@@ -12,8 +12,9 @@
 // cgroup of its own (for tracking and killing, nothing enforced). exec
 // isolates as Nomad's exec driver: a root built from chroot_env, private
 // PID, IPC and mount namespaces, user nobody unless the task says
-// otherwise, Nomad's default capabilities, and a cgroup enforcing the
-// task's cpu and memory.
+// otherwise, Nomad's default capabilities, a default seccomp filter
+// (unless the node turns it off) and a cgroup enforcing the task's cpu
+// and memory.
 package exec
 
 import (
