@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/inherited"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,7 +144,7 @@ func enterMain() int {
 	}
 	// Not inherited by the command: the spec, the namespaces, and
 	// whatever berth itself inherited.
-	if err := closeOnExecFrom(specFD); err != nil {
+	if err := inherited.CloseOnExec(specFD); err != nil {
 		return fail(err)
 	}
 	b, err := readFD(specFD)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/berth/berth/internal/inherited"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,7 +64,7 @@ func initMain() int {
 	}
 	// Nothing but stdin, stdout and stderr reaches the task: not the
 	// spec, not the reply pipe, not what berth itself inherited.
-	if err := closeOnExecFrom(3); err != nil {
+	if err := inherited.CloseOnExec(3); err != nil {
 		return fail(err)
 	}
 	err = unix.Exec(sp.Path, sp.Args, sp.Env)

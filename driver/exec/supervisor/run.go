@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/inherited"
 	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/internal/proc"
 	"golang.org/x/sys/unix"
@@ -32,13 +33,13 @@ func Main(args []string) int {
 		// constants); anything else open is berth's inheritance.
 		switch args[1] {
 		case "run":
-			_ = closeInherited(replyFD + 1)
+			_ = inherited.Close(replyFD + 1)
 			return run(args)
 		case "init":
-			_ = closeInherited(replyFD + 1)
+			_ = inherited.Close(replyFD + 1)
 			return initMain()
 		case "enter":
-			_ = closeInherited(enterRootFD + 1)
+			_ = inherited.Close(enterRootFD + 1)
 			return enterMain()
 		}
 	}

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -62,37 +61,5 @@ func TestSecCredentials(t *testing.T) {
 				t.Fatalf("creds %+v from %+v", c, tc.in)
 			}
 		})
-	}
-}
-
-// closeInherited closes what lacks close-on-exec (berth's inheritance)
-// and leaves close-on-exec descriptors (the Go runtime's) alone.
-func TestSecCloseInherited(t *testing.T) {
-	f, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	inherited, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD, 200)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(inherited)
-	runtimeFD, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 200)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(runtimeFD)
-	if err := closeInherited(200); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(inherited), unix.F_GETFD, 0); err == nil {
-		t.Errorf("descriptor %d without close-on-exec is still open", inherited)
-	}
-	if _, err := unix.FcntlInt(uintptr(runtimeFD), unix.F_GETFD, 0); err != nil {
-		t.Errorf("close-on-exec descriptor %d was closed: %v", runtimeFD, err)
-	}
-	if err := closeOnExecFrom(runtimeFD); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -1,4 +1,11 @@
-package supervisor
+// Package inherited deals with the file descriptors a berth process
+// inherited without close-on-exec (a service manager's, a shell's 10 and
+// 251): Go's fork passes every such descriptor on, whatever
+// ProcAttr.Files or exec.Cmd.ExtraFiles say, to CNI plugins, the podman
+// service, task supervisors and so to tasks. berth marks them
+// close-on-exec as it starts; the supervisor closes them too, and the
+// task and a command run in it get nothing but stdin, stdout and stderr.
+package inherited
 
 import (
 	"errors"
@@ -10,16 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A process of berth's may have inherited descriptors without
-// close-on-exec (a service manager's, a shell's 10 and 251): Go's fork
-// passes every such descriptor on, whatever ProcAttr.Files says. The
-// supervisor closes them as it starts, and the task and a command run in
-// it get nothing but stdin, stdout and stderr.
-
-// closeInherited closes every descriptor from first on that is not
+// Close closes every descriptor from first on that is not
 // close-on-exec. The Go runtime's own (epoll, its pipes) are all
 // close-on-exec, so only inherited ones go.
-func closeInherited(first int) error {
+func Close(first int) error {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return fmt.Errorf("list open descriptors: %w", err)
@@ -39,9 +40,9 @@ func closeInherited(first int) error {
 	return nil
 }
 
-// closeOnExecFrom marks every descriptor from first on close-on-exec: an
+// CloseOnExec marks every descriptor from first on close-on-exec: an
 // exec keeps only those below.
-func closeOnExecFrom(first int) error {
+func CloseOnExec(first int) error {
 	err := unix.CloseRange(uint(first), math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
 	if err == nil {
 		return nil
