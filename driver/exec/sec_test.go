@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"errors"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -278,5 +279,33 @@ func TestSecRawExecTaskDirAccess(t *testing.T) {
 	}
 	if fi.Mode().Perm()&0o007 != 0 {
 		t.Fatalf("the alloc dir is open to others: %v", fi.Mode())
+	}
+}
+
+// A task whose main process moved into namespaces of its own (a user
+// namespace, and a network namespace in it) is not entered: enter would
+// join what the task controls.
+func TestSecExecRefusesTaskNamespaces(t *testing.T) {
+	requireRoot(t)
+	task := newTask(t, newNetns(t), sh("exec unshare -Urn sleep 1000"))
+	task.User = "nobody"
+	h := start(t, NewRawExec(Options{StoreID: testStore}), task)
+	pid := h.State().PID
+	var self syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/user", &self); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the task to be in a user namespace of its own", func() bool {
+		var st syscall.Stat_t
+		return syscall.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &st) == nil && st.Ino != self.Ino
+	})
+	in, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	_, err = h.(driver.Execer).Exec(ctxT(t), &driver.ExecRequest{Cmd: []string{"true"}, Stdin: in, Stdout: in, Stderr: in})
+	if !errors.Is(err, driver.ErrExecSetup) || !strings.Contains(err.Error(), "user namespace of its own") {
+		t.Fatalf("exec into a task in its own user namespace: %v", err)
 	}
 }
