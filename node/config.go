@@ -41,8 +41,11 @@ type Config struct {
 	// PodmanSocket is a podman service's socket; empty lets berth start
 	// its own under the data dir when a task needs podman.
 	PodmanSocket string `hcl:"podman_socket,optional" help:"podman service socket (default: berth starts its own under the data dir when a task needs it)"`
-	LogLevel     string `hcl:"log_level,optional" help:"log level: debug, info, warn, error"`
-	LogFormat    string `hcl:"log_format,optional" help:"log format: text or json"`
+	// PodmanAllowPrivileged lets podman tasks set privileged = true
+	// (Nomad's docker allow_privileged); off, such a job is refused.
+	PodmanAllowPrivileged bool   `hcl:"podman_allow_privileged,optional" help:"let podman tasks run privileged containers (root on the host)"`
+	LogLevel              string `hcl:"log_level,optional" help:"log level: debug, info, warn, error"`
+	LogFormat             string `hcl:"log_format,optional" help:"log format: text or json"`
 
 	// Bridge is a pointer so that a file without a bridge block keeps the
 	// defaults (gohcl decodes a present block over them).
@@ -72,6 +75,10 @@ type Tasks struct {
 	// pid_mode/ipc_mode "host".
 	AllowHostPIDMode bool `hcl:"allow_host_pid_mode,optional" help:"let exec tasks ask for pid_mode = \"host\""`
 	AllowHostIPCMode bool `hcl:"allow_host_ipc_mode,optional" help:"let exec tasks ask for ipc_mode = \"host\""`
+	// ExecSeccomp applies the default seccomp filter to exec tasks (no
+	// namespaces, mounts, modules, BPF, ptrace...); no job can turn it
+	// off, only this setting.
+	ExecSeccomp bool `hcl:"exec_seccomp,optional" help:"apply the default seccomp filter to exec tasks (false turns it off)"`
 }
 
 // DefaultTasks are Nomad's defaults: raw_exec on (berth's jobs rely on it;
@@ -83,6 +90,7 @@ func DefaultTasks() *Tasks {
 		UserCheckedDrivers: []string{execdrv.NameExec},
 		ChrootEnv:          execdrv.DefaultChrootEnv(),
 		AllowCaps:          append([]string{}, execdrv.DefaultAllowCaps...),
+		ExecSeccomp:        true,
 	}
 }
 

@@ -22,7 +22,7 @@ func TestSettingNames(t *testing.T) {
 	want := []string{
 		"data_dir=data-dir", "netns_dir=netns-dir", "lock_dir=lock-dir",
 		"cni_config_dir=cni-config-dir", "cni_path=cni-path", "cni_cache_dir=cni-cache-dir",
-		"podman_socket=podman-socket", "log_level=log-level", "log_format=log-format",
+		"podman_socket=podman-socket", "podman_allow_privileged=podman-allow-privileged", "log_level=log-level", "log_format=log-format",
 		"bridge.network=bridge-network", "bridge.iface=bridge-iface", "bridge.subnet=bridge-subnet",
 		"client.cpu_total_compute=client-cpu-total-compute", "client.memory_total_mb=client-memory-total-mb",
 		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers", "client.max_pending_launches=client-max-pending-launches",
@@ -31,7 +31,7 @@ func TestSettingNames(t *testing.T) {
 		"tasks.raw_exec_enabled=tasks-raw-exec-enabled", "tasks.user_denylist=tasks-user-denylist",
 		"tasks.user_checked_drivers=tasks-user-checked-drivers", "tasks.chroot_env=",
 		"tasks.allow_caps=tasks-allow-caps", "tasks.allow_host_pid_mode=tasks-allow-host-pid-mode",
-		"tasks.allow_host_ipc_mode=tasks-allow-host-ipc-mode",
+		"tasks.allow_host_ipc_mode=tasks-allow-host-ipc-mode", "tasks.exec_seccomp=tasks-exec-seccomp",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("settings:\n got %v\nwant %v", got, want)

@@ -32,6 +32,7 @@ func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
 			AllowCaps:        t.AllowCaps,
 			AllowHostPIDMode: t.AllowHostPIDMode,
 			AllowHostIPCMode: t.AllowHostIPCMode,
+			NoSeccomp:        !t.ExecSeccomp,
 			DeniedUsers:      []string{},
 		}
 		if slices.Contains(t.UserCheckedDrivers, name) {
@@ -39,6 +40,7 @@ func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
 		}
 		return o
 	}
+	podmanPolicy := podman.Policy{AllowPrivileged: cfg.PodmanAllowPrivileged}
 	rawExec, exec := execdrv.NewRawExec(opts(execdrv.NameRawExec)), execdrv.NewExec(opts(execdrv.NameExec))
 	f := map[string]runner.DriverFactory{
 		execdrv.NameRawExec: {
@@ -53,9 +55,9 @@ func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
 		},
 		podman.Name: {
 			New: func(ctx context.Context) (driver.Driver, error) {
-				return podman.New(ctx, podman.Options{Socket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: log})
+				return podman.New(ctx, podman.Options{Socket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: log, Policy: podmanPolicy})
 			},
-			Validate: func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
+			Validate: podmanPolicy.ValidateConfig,
 		},
 	}
 	if !t.RawExecEnabled {

@@ -6,6 +6,12 @@ import (
 	"os"
 
 	"github.com/berth/berth/cli"
+	"github.com/berth/berth/internal/inherited"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:])) }
+func main() {
+	// What berth inherited reaches none of its children (CNI plugins,
+	// the podman service, task supervisors).
+	_ = inherited.CloseOnExec(3)
+	os.Exit(cli.Main(os.Args[1:]))
+}

@@ -12,8 +12,9 @@
 // cgroup of its own (for tracking and killing, nothing enforced). exec
 // isolates as Nomad's exec driver: a root built from chroot_env, private
 // PID, IPC and mount namespaces, user nobody unless the task says
-// otherwise, Nomad's default capabilities, and a cgroup enforcing the
-// task's cpu and memory.
+// otherwise, Nomad's default capabilities, a default seccomp filter
+// (unless the node turns it off) and a cgroup enforcing the task's cpu
+// and memory.
 package exec
 
 import (
@@ -112,6 +113,11 @@ type Options struct {
 	// pid_mode/ipc_mode "host".
 	AllowHostPIDMode bool
 	AllowHostIPCMode bool
+	// NoSeccomp runs exec tasks without the default seccomp filter
+	// (which denies namespaces, mounts, kernel modules, BPF, ptrace...:
+	// see driver/exec/supervisor/seccomp.go). A node setting: no job can
+	// turn the filter off.
+	NoSeccomp bool
 }
 
 // Driver is the raw_exec or the exec driver.
@@ -128,6 +134,7 @@ type Driver struct {
 	allowCaps    map[int]bool
 	allowHostPID bool
 	allowHostIPC bool
+	noSeccomp    bool
 	slots        chan struct{}
 
 	findOnce sync.Once
@@ -163,6 +170,7 @@ func newDriver(name string, isolate bool, opts Options) *Driver {
 		allowCaps:    map[int]bool{},
 		allowHostPID: opts.AllowHostPIDMode,
 		allowHostIPC: opts.AllowHostIPCMode,
+		noSeccomp:    opts.NoSeccomp,
 	}
 	if d.log == nil {
 		d.log = slog.Default()

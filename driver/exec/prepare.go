@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/driver/exec/supervisor"
+	"github.com/berth/berth/internal/acl"
 	"github.com/berth/berth/internal/cgroup"
 	"github.com/berth/berth/internal/logfile"
 )
@@ -26,6 +28,9 @@ type launch struct {
 
 	setCaps bool
 	caps    []int
+	// seccomp: the default seccomp filter (exec, unless the node's
+	// settings turn it off).
+	seccomp bool
 
 	root   string // exec: the task dir, which becomes its /
 	mounts []supervisor.Mount
@@ -182,6 +187,7 @@ func (d *Driver) prepare(t *driver.Task) (*launch, error) {
 	l.newPID = tc.PIDMode != "host"
 	l.newIPC = tc.IPCMode != "host"
 	l.setCaps, l.caps = true, d.taskCaps(&tc, l.user == nil || l.user.uid == 0)
+	l.seccomp = !d.noSeccomp
 	l.mounts = d.rootMounts(t.AllocDir)
 	l.limits = limitsOf(t.Resources)
 	for k, v := range map[string]string{"NOMAD_ALLOC_DIR": "/alloc", "NOMAD_TASK_DIR": "/local", "NOMAD_SECRETS_DIR": "/secrets"} {
@@ -311,6 +317,44 @@ func (l *launch) makeDirs() error {
 			}
 		}
 	}
+	if uid > 0 && l.root == "" {
+		// raw_exec: the task uses the host's paths (exec's are in its
+		// root).
+		return grantSearch(l.allocDir, uid)
+	}
+	return nil
+}
+
+// grantSearch lets uid reach the allocation dir by its path (as
+// NOMAD_TASK_DIR names it): search, not listing, on the allocation dir
+// and on each root-owned ancestor that others may not search (the data
+// dir, 0700), through an ACL entry naming uid alone, so that no other
+// local user gains anything. The walk goes up to / and stops at a
+// directory root does not own (not berth's to change). The entries on
+// the data dir stay (search only, for the few users tasks run as); the
+// allocation dir's go with it.
+func grantSearch(allocDir string, uid int) error {
+	for dir := filepath.Clean(allocDir); dir != "/"; dir = filepath.Dir(dir) {
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Uid != 0 || !fi.IsDir() {
+			return nil
+		}
+		if fi.Mode().Perm()&0o001 != 0 {
+			continue
+		}
+		if err := acl.GrantSearch(dir, uid); err != nil {
+			if errors.Is(err, acl.ErrUnsupported) {
+				// The task still reaches its dirs from its working
+				// directory (its task dir), by relative paths.
+				return nil
+			}
+			return err
+		}
+	}
 	return nil
 }
 
@@ -319,8 +363,9 @@ func (l *launch) spec(d *Driver, t *driver.Task, cg *cgroup.Set) *supervisor.Spe
 	s := &supervisor.Spec{
 		StoreID: d.storeID, AllocID: t.AllocID, Task: t.TaskName,
 		Path: l.bin, Args: l.args, Env: l.env, Dir: l.dir,
-		SetCaps: l.setCaps, Caps: l.caps, OOMScoreAdj: l.oomScoreAdj,
-		Root: l.root, Mounts: l.mounts, NewPIDNS: l.newPID, NewIPCNS: l.newIPC,
+		Credentials: supervisor.Credentials{SetCaps: l.setCaps, Caps: l.caps, Seccomp: l.seccomp},
+		OOMScoreAdj: l.oomScoreAdj,
+		Root:        l.root, Mounts: l.mounts, NewPIDNS: l.newPID, NewIPCNS: l.newIPC,
 		LogDir: l.logDir, Stdout: t.TaskName + ".stdout", Stderr: t.TaskName + ".stderr",
 		LogMaxFiles: l.logMaxFiles, LogMaxSize: l.logMaxSize,
 		StatusDir: l.statusDir, StatusName: statusName(t.TaskName),

@@ -60,6 +60,10 @@ func (d *Driver) supervisorPath() (string, error) {
 	return d.supervisor, d.findErr
 }
 
+// specMemfdName names the task spec's memfd, which its supervisor keeps
+// open on descriptor 3 (/proc/<pid>/fd/3 reads "/memfd:<name> (deleted)").
+const specMemfdName = "berth-task-spec"
+
 // readyTimeout bounds how long a supervisor may take to say whether the
 // task started: a chroot of bind mounts and an exec.
 const readyTimeout = 30 * time.Second
@@ -71,7 +75,7 @@ func (d *Driver) launch(ctx context.Context, t *driver.Task, spec *supervisor.Sp
 	if err != nil {
 		return nil, err
 	}
-	memfd, err := unix.MemfdCreate("berth-task-spec", unix.MFD_CLOEXEC)
+	memfd, err := unix.MemfdCreate(specMemfdName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd for the task spec: %w", err)
 	}
@@ -79,6 +83,13 @@ func (d *Driver) launch(ctx context.Context, t *driver.Task, spec *supervisor.Sp
 	defer specFile.Close()
 	if _, err := specFile.Write(spec.Marshal()); err != nil {
 		return nil, fmt.Errorf("write the task spec: %w", err)
+	}
+	// The supervisor keeps it open for the task's life: it is the record
+	// `alloc exec` takes the task's identity from, sealed so that nothing
+	// can change it.
+	if _, err := unix.FcntlInt(specFile.Fd(), unix.F_ADD_SEALS,
+		unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		return nil, fmt.Errorf("seal the task spec: %w", err)
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {

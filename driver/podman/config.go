@@ -124,6 +124,34 @@ var (
 	ulimitRE = regexp.MustCompile(`^-?[0-9]+(:-?[0-9]+)?$`)
 )
 
+// Policy is what this node lets a podman task ask for beyond the
+// defaults: agent settings, which no job can change.
+type Policy struct {
+	// AllowPrivileged lets a task set privileged = true (Nomad's docker
+	// driver's allow_privileged): the container gets every capability
+	// and the host's devices, which is root on the host.
+	AllowPrivileged bool
+}
+
+// Check refuses what tc asks for beyond the policy, naming the field.
+func (p Policy) Check(tc *TaskConfig) error {
+	if tc.Privileged && !p.AllowPrivileged {
+		return &configError{field: "privileged",
+			msg: "podman: config.privileged is not allowed on this node: a privileged container is root on the host (agent setting podman_allow_privileged)"}
+	}
+	return nil
+}
+
+// ValidateConfig is ParseConfig and the policy's Check: what `berth
+// validate` and the agent answer for a task's config block.
+func (p Policy) ValidateConfig(cfg map[string]any) error {
+	tc, err := ParseConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Check(tc)
+}
+
 // decoder collects every problem of one config block.
 type decoder struct {
 	cfg  map[string]any

@@ -30,6 +30,7 @@ type specGenerator struct {
 	StopSignal       int               `json:"stop_signal,omitempty"`
 	Mounts           []mount           `json:"mounts,omitempty"`
 	User             string            `json:"user,omitempty"`
+	Privileged       bool              `json:"privileged,omitempty"`
 }
 
 type namespace struct {

@@ -60,6 +60,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// PodmanPath is the podman binary; empty means "podman" from PATH.
 	PodmanPath string
+	// Policy is what tasks may ask for on this node.
+	Policy Policy
 }
 
 // Driver runs tasks as podman containers.
@@ -71,6 +73,7 @@ type Driver struct {
 	confPath string
 	bin      string // the podman binary (alloc exec runs `podman exec`)
 	limits   rlimits
+	policy   Policy
 	c        *client
 	svc      *sharedService // nil when the service is not berth's
 
@@ -114,6 +117,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		socket:       socket,
 		confPath:     filepath.Join(stateDir, "containers.conf"),
 		limits:       hostRlimits(),
+		policy:       opts.Policy,
 		waitInterval: 100 * time.Millisecond,
 		logInterval:  250 * time.Millisecond,
 	}
@@ -164,10 +168,7 @@ func Ping(ctx context.Context, socket string) error {
 }
 
 // ValidateConfig implements driver.Driver.
-func (d *Driver) ValidateConfig(cfg map[string]any) error {
-	_, err := ParseConfig(cfg)
-	return err
-}
+func (d *Driver) ValidateConfig(cfg map[string]any) error { return d.policy.ValidateConfig(cfg) }
 
 // ListByLabel returns the IDs of all containers, running or not, whose
 // label key has value.
@@ -220,6 +221,9 @@ func (d *Driver) copyStatePath(name string) string {
 // Start implements driver.Driver.
 func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
 	tc, err := ParseConfig(t.Config)
+	if err == nil {
+		err = d.policy.Check(tc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("task %q of alloc %s: %w", t.TaskName, t.AllocID, err)
 	}
@@ -313,6 +317,8 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 		ConmonPidFile: pidFile,
 		Netns:         namespace{NSMode: "host"},
 		User:          t.User,
+		// Start checked it against the node's policy.
+		Privileged: tc.Privileged,
 		LogConfiguration: &logConfig{
 			Driver: "k8s-file",
 			Path:   rawLog,

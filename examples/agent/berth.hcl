@@ -28,6 +28,10 @@ cni_cache_dir  = "/var/lib/cni"
 # when the agent stops.
 podman_socket = ""
 
+# Let podman tasks run privileged containers (privileged = true), which are
+# root on the host (Nomad's docker allow_privileged). Off: such a job is refused.
+podman_allow_privileged = false
+
 # Logs: level debug, info, warn or error; format text or json (log/slog).
 log_level  = "info"
 log_format = "text"
@@ -170,6 +174,11 @@ tasks {
   # pid_mode / ipc_mode = "host".
   allow_host_pid_mode = false
   allow_host_ipc_mode = false
+
+  # exec tasks (and alloc exec into them) run under berth's default seccomp
+  # filter: no namespaces, mounts, modules, BPF, ptrace, keyring... false turns
+  # it off for this node; a job cannot.
+  exec_seccomp = true
 }
 
 # Reclaim what Nomad leaves on this node (a Nomad client): the namespaces

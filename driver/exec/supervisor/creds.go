@@ -26,6 +26,38 @@ type creds struct {
 	setCaps        bool
 	bounding, keep uint64
 	noNewPrivs     bool
+	// seccomp installs the default filter, while still root: without
+	// no_new_privs only CAP_SYS_ADMIN may install one.
+	seccomp bool
+}
+
+// creds is how id is taken by a process of the supervisor (root): the
+// capabilities it lacks itself (berth without CAP_SYS_RESOURCE) cannot be
+// given and are not asked.
+func (id *Credentials) creds() (creds, error) {
+	c := creds{setUser: id.SetUser, uid: id.UID, gid: id.GID, groups: id.Groups, setCaps: id.SetCaps, seccomp: id.Seccomp}
+	if id.SetCaps {
+		have, err := permitted()
+		if err != nil {
+			return creds{}, err
+		}
+		for _, cp := range id.Caps {
+			if cp >= 0 && cp < 64 && have&(1<<uint(cp)) != 0 {
+				c.keep |= 1 << uint(cp)
+			}
+		}
+		c.bounding = c.keep
+	}
+	return c, nil
+}
+
+// take is id taken by this thread: see creds.apply.
+func (id *Credentials) take() error {
+	c, err := id.creds()
+	if err != nil {
+		return err
+	}
+	return c.apply()
 }
 
 // apply takes c on this thread only: raw system calls, since Go's
@@ -42,6 +74,11 @@ func (c creds) apply() error {
 			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(cp), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 				return fmt.Errorf("drop capability %d from the bounding set: %w", cp, err)
 			}
+		}
+	}
+	if c.seccomp {
+		if err := installSeccomp(); err != nil {
+			return err
 		}
 	}
 	if c.setUser {

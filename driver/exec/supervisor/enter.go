@@ -6,11 +6,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/inherited"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,18 +19,19 @@ import (
 // task's identity on one locked thread, forks the command from that
 // thread, waits for it and exits with its status. The driver hands it,
 // after stdin, stdout and stderr, the spec and a reply pipe, then the
-// task's namespaces and directories as open files, so a PID reused in
-// between cannot make it enter another process.
+// task's namespaces and root as open files, so a PID reused in between
+// cannot make it enter another process. The identity, environment and
+// working directory are the task's spec as its supervisor holds it, not
+// anything read from the task's processes.
 const (
 	enterNetFD  = 5
 	enterIPCFD  = 6
 	enterMntFD  = 7
 	enterPIDFD  = 8
 	enterRootFD = 9
-	enterCwdFD  = 10
 	// EnterFDs is how many files the driver passes after stdin, stdout
-	// and stderr: the spec, the reply pipe and the six above.
-	EnterFDs = 8
+	// and stderr: the spec, the reply pipe and the five above.
+	EnterFDs = 7
 )
 
 // EnterSetupFailed is the enter helper's exit status when it could not
@@ -54,25 +55,22 @@ func execFailure(err error) int {
 	return EnterNotExecutable
 }
 
-// EnterSpec is what `enter` needs, read from the running task (its
-// /proc entry) by the driver.
+// EnterSpec is what `enter` needs: the command, and the task's identity,
+// environment and working directory from its spec (Spec), with the
+// namespaces and cgroup the driver checked are the task's.
 type EnterSpec struct {
 	// Args is the command (Args[0] is looked up in Env's PATH inside the
 	// task's root), Env its whole environment.
 	Args []string
 	Env  []string
-	// The task's user.
-	UID, GID int
-	Groups   []int
-	// The task's capability sets (bit masks as in /proc/<pid>/status):
-	// the bounding set the command is limited to, the permitted set a
-	// root task keeps and the ambient set a non-root task keeps.
-	CapBnd, CapPrm, CapAmb uint64
-	NoNewPrivs             bool
+	// Credentials is the task's, as its spec has it.
+	Credentials
+	// Dir is the task's working directory as the task sees it ("": /).
+	Dir string
 	// Cgroup is the task's cgroup, as Spec has it; nil: none.
 	Cgroup *cgroup.Set
 	// Which of the namespace and directory files were passed.
-	Net, IPC, Mnt, PID, Root, Cwd bool
+	Net, IPC, Mnt, PID, Root bool
 	// TTY: stdin is a terminal that becomes the command's controlling one.
 	TTY bool
 }
@@ -87,22 +85,14 @@ func (s *EnterSpec) Marshal() []byte {
 	for _, e := range s.Env {
 		w.str("env", e)
 	}
-	w.num("uid", int64(s.UID))
-	w.num("gid", int64(s.GID))
-	for _, g := range s.Groups {
-		w.num("group", int64(g))
-	}
-	w.unum("cap_bnd", s.CapBnd)
-	w.unum("cap_prm", s.CapPrm)
-	w.unum("cap_amb", s.CapAmb)
-	w.flag("nnp", s.NoNewPrivs)
+	w.identity(&s.Credentials)
+	w.str("dir", s.Dir)
 	w.cgroup(s.Cgroup)
 	w.flag("net", s.Net)
 	w.flag("ipc", s.IPC)
 	w.flag("mnt", s.Mnt)
 	w.flag("pid", s.PID)
 	w.flag("root", s.Root)
-	w.flag("cwd", s.Cwd)
 	w.flag("tty", s.TTY)
 	return w.b.Bytes()
 }
@@ -125,20 +115,8 @@ func ParseEnterSpec(b []byte) (*EnterSpec, error) {
 			s.Args = append(s.Args, f.val)
 		case "env":
 			s.Env = append(s.Env, f.val)
-		case "uid":
-			s.UID = r.int(f)
-		case "gid":
-			s.GID = r.int(f)
-		case "group":
-			s.Groups = append(s.Groups, r.int(f))
-		case "cap_bnd":
-			s.CapBnd = r.uint64(f)
-		case "cap_prm":
-			s.CapPrm = r.uint64(f)
-		case "cap_amb":
-			s.CapAmb = r.uint64(f)
-		case "nnp":
-			s.NoNewPrivs = flag(f)
+		case "dir":
+			s.Dir = f.val
 		case "net":
 			s.Net = flag(f)
 		case "ipc":
@@ -149,12 +127,10 @@ func ParseEnterSpec(b []byte) (*EnterSpec, error) {
 			s.PID = flag(f)
 		case "root":
 			s.Root = flag(f)
-		case "cwd":
-			s.Cwd = flag(f)
 		case "tty":
 			s.TTY = flag(f)
 		default:
-			if r.cgroup(&s.Cgroup, f) {
+			if r.cgroup(&s.Cgroup, f) || r.identity(&s.Credentials, f) {
 				continue
 			}
 			return nil, fmt.Errorf("enter spec: unknown field %q", f.key)
@@ -183,9 +159,10 @@ func enterMain() int {
 		_, _ = reply.WriteString(err.Error())
 		return EnterSetupFailed
 	}
-	for fd := specFD; fd <= enterCwdFD; fd++ {
-		// Not inherited by the command; absent ones are closed already.
-		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+	// Not inherited by the command: the spec, the namespaces, and
+	// whatever berth itself inherited.
+	if err := inherited.CloseOnExec(specFD); err != nil {
+		return fail(err)
 	}
 	b, err := readFD(specFD)
 	if err != nil {
@@ -282,12 +259,14 @@ func enter(sp *EnterSpec) (string, error) {
 			return "", fmt.Errorf("chroot to the task's root: %w", err)
 		}
 	}
-	if sp.Cwd {
-		if err := unix.Fchdir(enterCwdFD); err != nil {
-			return "", fmt.Errorf("enter the task's working directory: %w", err)
-		}
-	} else if err := unix.Chdir("/"); err != nil {
-		return "", err
+	// The task's recorded working directory, as root still: one the
+	// task's user cannot reach by path is still its working directory.
+	dir := sp.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return "", fmt.Errorf("enter the task's working directory %s: %w", dir, err)
 	}
 	if sp.PID {
 		// For the command only: this helper stays where it is.
@@ -302,7 +281,7 @@ func enter(sp *EnterSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := enterIdentity(sp); err != nil {
+	if err := sp.Credentials.take(); err != nil {
 		return "", err
 	}
 	return path, nil
@@ -334,17 +313,6 @@ func lookPath(name string, env []string) (string, error) {
 
 var errNotInPath = errors.New("not found in the task's PATH")
 
-// enterIdentity takes the task's user and capabilities: a root task's
-// permitted set (within its bounding set), a non-root one's ambient set.
-func enterIdentity(sp *EnterSpec) error {
-	keep := sp.CapPrm & sp.CapBnd
-	if sp.UID != 0 {
-		keep = sp.CapAmb
-	}
-	return creds{setUser: true, uid: sp.UID, gid: sp.GID, groups: sp.Groups,
-		setCaps: true, bounding: sp.CapBnd, keep: keep, noNewPrivs: sp.NoNewPrivs}.apply()
-}
-
 // readFD reads fd from its start.
 func readFD(fd int) ([]byte, error) {
 	var b []byte
@@ -366,6 +334,3 @@ func readFD(fd int) ([]byte, error) {
 		}
 	}
 }
-
-// ParseCapMask parses a capability mask as /proc/<pid>/status shows it.
-func ParseCapMask(s string) (uint64, error) { return strconv.ParseUint(strings.TrimSpace(s), 16, 64) }

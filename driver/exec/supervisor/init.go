@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/berth/berth/internal/inherited"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,7 +59,12 @@ func initMain() int {
 			return fail(fmt.Errorf("config.work_dir %q: %w", sp.Dir, err))
 		}
 	}
-	if err := takeIdentity(sp); err != nil {
+	if err := sp.Credentials.take(); err != nil {
+		return fail(err)
+	}
+	// Nothing but stdin, stdout and stderr reaches the task: not the
+	// spec, not the reply pipe, not what berth itself inherited.
+	if err := inherited.CloseOnExec(3); err != nil {
 		return fail(err)
 	}
 	err = unix.Exec(sp.Path, sp.Args, sp.Env)
@@ -224,24 +230,4 @@ func mountSpecial(root string) error {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	return nil
-}
-
-// takeIdentity drops to the task's capabilities and user.
-func takeIdentity(sp *Spec) error {
-	c := creds{setUser: sp.SetUser, uid: sp.UID, gid: sp.GID, groups: sp.Groups, setCaps: sp.SetCaps}
-	if sp.SetCaps {
-		// A capability this process lacks (berth without
-		// CAP_SYS_RESOURCE) cannot be given, and is not asked.
-		have, err := permitted()
-		if err != nil {
-			return err
-		}
-		for _, cp := range sp.Caps {
-			if cp >= 0 && cp < 64 && have&(1<<uint(cp)) != 0 {
-				c.keep |= 1 << uint(cp)
-			}
-		}
-		c.bounding = c.keep
-	}
-	return c.apply()
 }

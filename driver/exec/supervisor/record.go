@@ -46,6 +46,24 @@ func (w *writer) cgroup(c *cgroup.Set) {
 	}
 }
 
+// identity writes a task's identity.
+func (w *writer) identity(id *Credentials) {
+	if id.SetUser {
+		w.num("uid", int64(id.UID))
+		w.num("gid", int64(id.GID))
+		for _, g := range id.Groups {
+			w.num("group", int64(g))
+		}
+	}
+	if id.SetCaps {
+		w.flag("setcaps", true)
+		for _, c := range id.Caps {
+			w.num("cap", int64(c))
+		}
+	}
+	w.flag("seccomp", id.Seccomp)
+}
+
 type field struct{ key, val string }
 
 // parse reads a record; unknown keys are the caller's business.
@@ -116,6 +134,28 @@ func (r *reader) cgroup(c **cgroup.Set, f field) bool {
 		(*c).Unified = f.val
 	default:
 		(*c).V1 = append((*c).V1, f.val)
+	}
+	return true
+}
+
+// identity decodes f into id when f is one of the identity's keys, and
+// says whether it was.
+func (r *reader) identity(id *Credentials, f field) bool {
+	switch f.key {
+	case "uid":
+		id.SetUser, id.UID = true, r.int(f)
+	case "gid":
+		id.GID = r.int(f)
+	case "group":
+		id.Groups = append(id.Groups, r.int(f))
+	case "setcaps":
+		id.SetCaps = true
+	case "cap":
+		id.Caps = append(id.Caps, r.int(f))
+	case "seccomp":
+		id.Seccomp = true
+	default:
+		return false
 	}
 	return true
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/inherited"
 	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/internal/proc"
 	"golang.org/x/sys/unix"
@@ -28,12 +29,17 @@ const (
 // the task's first process, which sets it up and execs it.
 func Main(args []string) int {
 	if len(args) >= 2 {
+		// Each is handed exactly its descriptors (see the FD
+		// constants); anything else open is berth's inheritance.
 		switch args[1] {
 		case "run":
+			_ = inherited.Close(replyFD + 1)
 			return run(args)
 		case "init":
+			_ = inherited.Close(replyFD + 1)
 			return initMain()
 		case "enter":
+			_ = inherited.Close(enterRootFD + 1)
 			return enterMain()
 		}
 	}

@@ -40,15 +40,9 @@ type Spec struct {
 	// supervisor's, "/").
 	Dir string
 
-	// SetUser: run as UID/GID with Groups; otherwise as the supervisor (root).
-	SetUser bool
-	UID     int
-	GID     int
-	Groups  []int
-	// SetCaps: the task's capability sets (bounding, permitted, effective,
-	// inheritable, and ambient for a non-root user) are exactly Caps.
-	SetCaps bool
-	Caps    []int
+	// Credentials are who the task is; a command run in it (enter)
+	// takes the same from this spec, never from the task's processes.
+	Credentials
 	// OOMScoreAdj is written to the task's oom_score_adj when not 0.
 	OOMScoreAdj int
 
@@ -79,6 +73,28 @@ type Spec struct {
 	StatusName string
 }
 
+// Credentials are who a task's processes are, as the driver resolved it from
+// the job (its user) and the node's settings (the driver's capabilities,
+// its seccomp filter). The task's init and every command run in the task
+// (enter) take exactly this: nothing of it is read back from a process
+// the task controls, which may have exec'd a setuid binary since.
+type Credentials struct {
+	// SetUser: run as UID/GID with Groups; otherwise as the supervisor
+	// (root).
+	SetUser bool
+	UID     int
+	GID     int
+	Groups  []int
+	// SetCaps: the capability sets (bounding, permitted, effective,
+	// inheritable, and ambient for a non-root user) are exactly Caps, as
+	// far as the supervisor has them. Without it a root task keeps the
+	// supervisor's and another user's has none (bounding set untouched).
+	SetCaps bool
+	Caps    []int
+	// Seccomp installs the default seccomp filter (seccomp.go).
+	Seccomp bool
+}
+
 // Marshal encodes the spec.
 func (s *Spec) Marshal() []byte {
 	var w writer
@@ -94,19 +110,7 @@ func (s *Spec) Marshal() []byte {
 		w.str("env", e)
 	}
 	w.str("dir", s.Dir)
-	if s.SetUser {
-		w.num("uid", int64(s.UID))
-		w.num("gid", int64(s.GID))
-		for _, g := range s.Groups {
-			w.num("group", int64(g))
-		}
-	}
-	if s.SetCaps {
-		w.flag("setcaps", true)
-		for _, c := range s.Caps {
-			w.num("cap", int64(c))
-		}
-	}
+	w.identity(&s.Credentials)
 	if s.OOMScoreAdj != 0 {
 		w.num("oom_score_adj", int64(s.OOMScoreAdj))
 	}
@@ -156,16 +160,6 @@ func ParseSpec(b []byte) (*Spec, error) {
 			s.Env = append(s.Env, f.val)
 		case "dir":
 			s.Dir = f.val
-		case "uid":
-			s.SetUser, s.UID = true, r.int(f)
-		case "gid":
-			s.GID = r.int(f)
-		case "group":
-			s.Groups = append(s.Groups, r.int(f))
-		case "setcaps":
-			s.SetCaps = true
-		case "cap":
-			s.Caps = append(s.Caps, r.int(f))
 		case "oom_score_adj":
 			s.OOMScoreAdj = r.int(f)
 		case "root":
@@ -201,7 +195,7 @@ func ParseSpec(b []byte) (*Spec, error) {
 		case "status_name":
 			s.StatusName = f.val
 		default:
-			if r.cgroup(&s.Cgroup, f) {
+			if r.cgroup(&s.Cgroup, f) || r.identity(&s.Credentials, f) {
 				continue
 			}
 			return nil, fmt.Errorf("task spec: unknown key %q", f.key)

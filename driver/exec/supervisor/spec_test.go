@@ -13,9 +13,10 @@ func TestSpecRoundTrip(t *testing.T) {
 	in := &Spec{
 		StoreID: "s", AllocID: "a", Task: "web server",
 		Path: "/bin/sh", Args: []string{"sh", "-c", "echo \"hi\"\n\x00tab\t"}, Env: []string{"A=1", "B=two words"},
-		Dir: "/", SetUser: true, UID: 65534, GID: 65534, Groups: []int{65534, 4},
-		SetCaps: true, Caps: []int{0, 10}, OOMScoreAdj: 500,
-		Root: "/a/web", Mounts: []Mount{{Source: "/bin", Dest: "/bin", ReadOnly: true}, {Source: "/a/alloc", Dest: "/alloc"}},
+		Dir:         "/",
+		Credentials: Credentials{SetUser: true, UID: 65534, GID: 65534, Groups: []int{65534, 4}, SetCaps: true, Caps: []int{0, 10}, Seccomp: true},
+		OOMScoreAdj: 500,
+		Root:        "/a/web", Mounts: []Mount{{Source: "/bin", Dest: "/bin", ReadOnly: true}, {Source: "/a/alloc", Dest: "/alloc"}},
 		NewPIDNS: true, NewIPCNS: true,
 		Cgroup: &cgroup.Set{Rel: "berth/s.a.web", Unified: "/sys/fs/cgroup/unified/berth/s.a.web", V1: []string{"/m", "/p"}},
 		LogDir: "/a", Stdout: "web.stdout", Stderr: "web.stderr", LogMaxFiles: 3, LogMaxSize: 1 << 20,
@@ -76,10 +77,10 @@ func TestParseReady(t *testing.T) {
 func TestEnterSpecRoundTrip(t *testing.T) {
 	in := &EnterSpec{
 		Args: []string{"sh", "-c", "echo \"a b\"\n"}, Env: []string{"PATH=/bin", "X=1=2"},
-		UID: 65534, GID: 65534, Groups: []int{65534, 27},
-		CapBnd: 0xa80425fb, CapPrm: 0x1, CapAmb: 0x400, NoNewPrivs: true,
-		Cgroup: &cgroup.Set{Rel: "berth/x.y.t", Unified: "/sys/fs/cgroup/unified/berth/x.y.t", V1: []string{"/sys/fs/cgroup/memory/berth/x.y.t"}},
-		Net:    true, Mnt: true, PID: true, Root: true, Cwd: true, TTY: true,
+		Credentials: Credentials{SetUser: true, UID: 65534, GID: 65534, Groups: []int{65534, 27}, SetCaps: true, Caps: []int{10}, Seccomp: true},
+		Dir:         "/local",
+		Cgroup:      &cgroup.Set{Rel: "berth/x.y.t", Unified: "/sys/fs/cgroup/unified/berth/x.y.t", V1: []string{"/sys/fs/cgroup/memory/berth/x.y.t"}},
+		Net:         true, Mnt: true, PID: true, Root: true, TTY: true,
 	}
 	out, err := ParseEnterSpec(in.Marshal())
 	if err != nil {
