@@ -238,6 +238,7 @@ func (n *Node) runnerOptions() runner.Options {
 		Capacity:       &capa,
 		StartWorkers:   n.Config.Client.StartWorkers,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
+		ArtifactLimits: n.Config.ArtifactLimits(),
 	}
 }
 

@@ -28,6 +28,8 @@ const (
 	// handle not recorded yet.
 	AfterContainerCreate = "after-container-create" // podman: created, not started, not recorded
 	TaskStarted          = "task-started"           // the driver's Start returned, handle not recorded
+	// An artifact's fetch child has its first bytes in, the fetch not done.
+	ArtifactFetching = "artifact-fetching"
 )
 
 // Failure points: the operation fails with ENOSPC instead of running.
