@@ -101,6 +101,10 @@ var systemReads = []string{
 	"/etc/ca-certificates.conf",
 }
 
+// loaderReads are what exec'ing the binary reads besides it: the dynamic
+// loader and the libraries it maps.
+var loaderReads = []string{"/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/etc/ld.so.cache", "/etc/ld.so.preload"}
+
 // enterSandbox is the first stage, on one locked thread: the Landlock
 // ruleset built from the handed-over directories, the file size limit,
 // then the task's user without any capability (securebits keep uid 0
@@ -110,13 +114,18 @@ var systemReads = []string{
 func enterSandbox(s *Spec, args []string) error {
 	runtime.LockOSThread()
 	ppid := os.Getppid()
+	// The binary, opened now: the second stage is exec'd by this fd, which
+	// the task's user may reach where its path is not (a 0700 directory).
+	self, err := unix.Open("/proc/self/exe", unix.O_PATH, 0)
+	if err != nil {
+		return fmt.Errorf("open /proc/self/exe: %w", err)
+	}
 	var rs *ruleset
 	if s.Landlock {
 		abi := LandlockABI()
 		if abi == 0 {
 			return errors.New("the runner asked for Landlock, which this kernel does not offer")
 		}
-		var err error
 		if rs, err = newRuleset(abi, s.URL == ""); err != nil {
 			return err
 		}
@@ -151,14 +160,22 @@ func enterSandbox(s *Spec, args []string) error {
 				}
 			}
 		}
-		self, err := unix.Open("/proc/self/exe", unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open /proc/self/exe: %w", err)
-		}
-		err = rs.allow(self, unix.LANDLOCK_ACCESS_FS_EXECUTE|unix.LANDLOCK_ACCESS_FS_READ_FILE, false)
-		unix.Close(self)
-		if err != nil {
+		if err := rs.allow(self, unix.LANDLOCK_ACCESS_FS_EXECUTE|unix.LANDLOCK_ACCESS_FS_READ_FILE, false); err != nil {
 			return fmt.Errorf("the helper binary: %w", err)
+		}
+		// The dynamic loader and the C library the binary may link.
+		for _, p := range loaderReads {
+			fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			_ = unix.Fstat(fd, &st)
+			err = rs.allow(fd, unix.LANDLOCK_ACCESS_FS_EXECUTE|fsRead, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
 		}
 	}
 	// A backstop under the budget: no file grows past the largest limit.
@@ -178,7 +195,7 @@ func enterSandbox(s *Spec, args []string) error {
 		}
 	}
 	argv := append([]string{args[0], sandboxed}, args[2:]...)
-	err := syscall.Exec("/proc/self/exe", argv, []string{"GOMAXPROCS=2", "TZ=UTC"})
+	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(self), argv, []string{"GOMAXPROCS=2", "TZ=UTC"})
 	return fmt.Errorf("exec the sandboxed fetch: %w", err)
 }
 

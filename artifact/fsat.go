@@ -132,6 +132,9 @@ func (d *dest) writeFile(rel string, r io.Reader, mode os.FileMode) error {
 	f := os.NewFile(uintptr(fd), rel)
 	if _, err := io.Copy(&limitedWriter{w: f, b: d.budget, name: rel}, r); err != nil {
 		f.Close()
+		if errors.Is(err, ErrLimit) {
+			return err
+		}
 		return fmt.Errorf("write %s: %w", rel, err)
 	}
 	if err := f.Chmod(mode.Perm()); err != nil {

@@ -143,13 +143,13 @@ func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobsp
 	if src.local != "" {
 		p := filepath.Clean(src.local)
 		if !isUnder(a.dir, p) || p == filepath.Clean(a.dir) {
-			return fmt.Errorf("%w: source %q%s is %s, outside the allocation directory: a local path or file:// URL must name something inside the allocation (relative to the task directory, e.g. \"../alloc/data/app.tgz\"); fetch anything else over http(s)",
-				ErrHostPath, art.Source, atPos(art.Pos), p)
+			return fmt.Errorf("%w: %s is not in it: name a file of the allocation (a path relative to the task directory, e.g. \"../alloc/data/app.tgz\") or fetch it over http(s)",
+				ErrHostPath, p)
 		}
 		rel, _ := filepath.Rel(a.dir, filepath.Dir(p))
 		sd, err := openBeneath(int(root.Fd()), rel, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
 		if err != nil {
-			return fmt.Errorf("%w: source %q%s: %s: %w", ErrArtifact, art.Source, atPos(art.Pos), filepath.Dir(p), beneathErr(err))
+			return fmt.Errorf("%w: %s: %w", ErrArtifact, filepath.Dir(p), beneathErr(err))
 		}
 		defer sd.Close()
 		req.SrcDir, spec.LocalName = sd, filepath.Base(p)
@@ -355,4 +355,3 @@ func writeFileNoFollow(p string, data []byte, mode os.FileMode) error {
 	}
 	return f.Close()
 }
-

@@ -115,7 +115,7 @@ func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[st
 	}
 	for _, art := range t.Artifacts {
 		if err := a.fetchArtifact(ctx, td, art, vars, cred); err != nil {
-			err = fmt.Errorf("task %q: artifact %s: %w", t.Name, art.Source, err)
+			err = fmt.Errorf("task %q: artifact %s%s: %w", t.Name, art.Source, atPos(art.Pos), err)
 			a.event("Failed Artifact Download", err.Error())
 			return err
 		}
