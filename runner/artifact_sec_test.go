@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -280,23 +279,17 @@ func TestArtifactSecLimits(t *testing.T) {
 }
 
 // slowServer sends a first chunk, then holds the response open until the
-// client goes away (or the test ends); it counts requests and says when
-// a client went away.
+// client goes away (or the test ends), and says when a client went away.
 type slowServer struct {
 	*httptest.Server
-	mu       sync.Mutex
-	requests int
-	started  chan struct{}
-	gone     chan struct{}
+	started chan struct{}
+	gone    chan struct{}
 }
 
 func newSlowServer(t *testing.T) *slowServer {
 	s := &slowServer{started: make(chan struct{}, 16), gone: make(chan struct{}, 16)}
 	end := make(chan struct{})
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests++
-		s.mu.Unlock()
 		_, _ = w.Write(make([]byte, 4096))
 		w.(http.Flusher).Flush()
 		s.started <- struct{}{}
@@ -320,12 +313,6 @@ func newSlowServer(t *testing.T) *slowServer {
 	}))
 	t.Cleanup(func() { close(end); s.Close() })
 	return s
-}
-
-func (s *slowServer) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests
 }
 
 // A slow download stops when the allocation is stopped: the fetch child
