@@ -48,22 +48,24 @@ func fetchers(id string) []int {
 }
 
 // A job's artifact cannot read the host: host paths and file:// URLs
-// outside the allocation, paths climbing out of it, and links (made by a
-// prestart task) that lead out are refused with the source and its
-// position, for raw_exec (root) and exec (nobody) tasks alike; the task
-// never starts and nothing of the host lands in the allocation.
+// outside the allocation (which parse refuses when written out, and the
+// runner when they come from a variable), paths climbing out of it, and
+// links (made by a prestart task) that lead out are refused with the
+// source and its position, for raw_exec (root) and exec (nobody) tasks
+// alike; the task never starts and nothing of the host lands in the
+// allocation.
 func TestArtifactSecHostPaths(t *testing.T) {
 	e := newEnv(t, artifactSecSubnet)
 	cases := []struct {
-		name, source, want string
+		name, meta, source, want string
 	}{
-		{"host file", "/etc/shadow", `artifact /etc/shadow (test.nomad.hcl:20:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
-		{"file URL", "file:///etc/shadow", `artifact file:///etc/shadow (test.nomad.hcl:20:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
-		{"host dir", "/root/", "outside the allocation directory: /root is not in it"},
-		{"climbing out", "../../../../../../../../etc/shadow", "outside the allocation directory"},
-		{"alloc dir itself", "..", "outside the allocation directory"},
-		{"link to a host file", "../alloc/data/shadow", "is a symbolic link, which berth does not follow"},
-		{"link to a host dir", "../alloc/data/etc/shadow", "a symbolic link leads out of the allocation directory"},
+		{"host file", "/etc/shadow", "${NOMAD_META_src}", `artifact ${NOMAD_META_src} (test.nomad.hcl:24:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"file URL", "/etc/shadow", "file://${NOMAD_META_src}", `artifact file://${NOMAD_META_src} (test.nomad.hcl:24:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"host dir", "/root/", "${NOMAD_META_src}", "outside the allocation directory: /root is not in it"},
+		{"climbing out", "", "${NOMAD_TASK_DIR}/../../../../../../../../../etc/shadow", "outside the allocation directory: /etc/shadow is not in it"},
+		{"alloc dir itself", "", "..", "outside the allocation directory"},
+		{"link to a host file", "", "../alloc/data/shadow", "is a symbolic link, which berth does not follow"},
+		{"link to a host dir", "", "../alloc/data/etc/shadow", "a symbolic link leads out of the allocation directory"},
 	}
 	for _, drv := range []string{"raw_exec", "exec"} {
 		for _, tc := range cases {
@@ -87,6 +89,9 @@ func TestArtifactSecHostPaths(t *testing.T) {
     }
     task "t" {
       driver = "`+drv+`"
+      meta {
+        src = "`+tc.meta+`"
+      }
       artifact {
         source      = "`+tc.source+`"
         destination = "local/got"
