@@ -297,3 +297,19 @@ func ConfigString(v any) (s string, ok bool) {
 	}
 	return "", false
 }
+
+// Credential is a host identity a helper process takes.
+type Credential struct {
+	Name     string
+	UID, GID int
+	Groups   []int
+}
+
+// CredentialResolver is a driver whose task users are users of this host
+// (raw_exec, exec): it says who a task runs as, so that what berth does
+// for the task (fetching its artifacts) runs as that user too. Other
+// drivers' users live in their images; their helpers run as nobody.
+type CredentialResolver interface {
+	// TaskCredential resolves a task's user (empty: the driver's default).
+	TaskCredential(user string) (Credential, error)
+}

@@ -303,6 +303,38 @@ func escapesAllocDir(prefix, rel string) bool {
 	return p != root && !strings.HasPrefix(p, root+"/")
 }
 
+// hostSource is the host path a local artifact source names when it is
+// certainly outside the allocation directory: absolute (the allocation's
+// ID, in its directory's path, is not known before it runs) or climbing
+// out of it; "" for a URL, a path inside, or one with interpolations, which
+// the runner checks once they are filled in.
+func hostSource(src string) string {
+	s := src
+	if getter, rest, ok := strings.Cut(s, "::"); ok && getter == "file" {
+		s = rest
+	}
+	if strings.Contains(s, "${") {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(s, "file://"); ok {
+		host, p, _ := strings.Cut(rest, "/")
+		if host != "" && host != "localhost" {
+			return ""
+		}
+		return path.Clean("/" + p)
+	}
+	if i := strings.Index(s, "://"); i > 0 {
+		return ""
+	}
+	if path.IsAbs(s) {
+		return path.Clean(s)
+	}
+	if escapesAllocDir("task", s) {
+		return "<task dir>/" + s
+	}
+	return ""
+}
+
 func (p *parser) artifact(blk *hclsyntax.Block, where string) *Artifact {
 	w := "artifact block in " + where
 	n := len(p.diags)
@@ -344,6 +376,10 @@ func (p *parser) artifact(blk *hclsyntax.Block, where string) *Artifact {
 	switch {
 	case strings.TrimSpace(a.Source) == "":
 		p.fail(blk.TypeRange, fmt.Sprintf("%s: source must be specified", w), "set source = \"https://...\" or a local path")
+		return nil
+	case hostSource(a.Source) != "":
+		p.fail(attrs["source"].Expr.Range(), fmt.Sprintf("artifact source %q in %s reads %s on the host: local paths and file:// URLs must name something inside the allocation directory", a.Source, where, hostSource(a.Source)),
+			"use a path relative to the task directory (e.g. \"../alloc/data/app.tgz\", made by a prestart task) or an http(s):// URL")
 		return nil
 	case escapesAllocDir("task", a.Destination):
 		r := blk.TypeRange

@@ -55,6 +55,9 @@ type Config struct {
 	Client *Client `hcl:"client,block"`
 	// Tasks are the raw_exec and exec drivers' settings.
 	Tasks *Tasks `hcl:"tasks,block"`
+	// Artifact bounds artifact fetches (a pointer for the same reason as
+	// Bridge).
+	Artifact *Artifact `hcl:"artifact,block"`
 }
 
 // Tasks are the raw_exec and exec drivers' node settings: Nomad's raw_exec
@@ -118,6 +121,7 @@ func Default() Config {
 		Bridge:       &b,
 		Tasks:        DefaultTasks(),
 		Client:       defaultClient(),
+		Artifact:     DefaultArtifact(),
 	}
 }
 
@@ -176,6 +180,7 @@ func (c *Config) Check(p *Problems) {
 	if c.Tasks == nil {
 		c.Tasks = DefaultTasks()
 	}
+	c.checkArtifact(p)
 	for host, inRoot := range c.Tasks.ChrootEnv {
 		if !filepath.IsAbs(host) || !filepath.IsAbs(inRoot) {
 			p.Add("tasks.chroot_env", "%q = %q: both paths must be absolute", host, inRoot)

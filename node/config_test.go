@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -32,6 +33,9 @@ func TestSettingNames(t *testing.T) {
 		"tasks.user_checked_drivers=tasks-user-checked-drivers", "tasks.chroot_env=",
 		"tasks.allow_caps=tasks-allow-caps", "tasks.allow_host_pid_mode=tasks-allow-host-pid-mode",
 		"tasks.allow_host_ipc_mode=tasks-allow-host-ipc-mode", "tasks.exec_seccomp=tasks-exec-seccomp",
+		"artifact.http_read_timeout=artifact-http-read-timeout", "artifact.http_max_size=artifact-http-max-size",
+		"artifact.decompression_size_limit=artifact-decompression-size-limit",
+		"artifact.decompression_file_count_limit=artifact-decompression-file-count-limit",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("settings:\n got %v\nwant %v", got, want)
@@ -292,5 +296,34 @@ func TestCapacity(t *testing.T) {
 	}
 	if got := meminfoTotalMB([]byte("MemTotal:       24683520 kB\nMemFree:  1 kB\n")); got != 24105 {
 		t.Errorf("meminfo MB %d", got)
+	}
+}
+
+// The artifact limits: Nomad's defaults, sizes with units, refusals that
+// name the setting.
+func TestArtifactSecLimits(t *testing.T) {
+	c := Default()
+	testenvMust(t, c.Validate())
+	if l := c.ArtifactLimits(); l.HTTPMaxSize != 100e9 || l.DecompressionFileCountLimit != 4096 || l.HTTPReadTimeout != 30*time.Minute {
+		t.Errorf("defaults: %+v", l)
+	}
+	c.Artifact = &Artifact{HTTPReadTimeout: "5s", HTTPMaxSize: "1MiB", DecompressionSizeLimit: "2KB", DecompressionFileCountLimit: 3}
+	testenvMust(t, c.Validate())
+	if l := c.ArtifactLimits(); l.HTTPMaxSize != 1<<20 || l.DecompressionSizeLimit != 2000 || l.DecompressionFileCountLimit != 3 || l.HTTPReadTimeout != 5*time.Second {
+		t.Errorf("set: %+v", l)
+	}
+	c.Artifact = &Artifact{HTTPReadTimeout: "soon", HTTPMaxSize: "lots", DecompressionSizeLimit: "-1", DecompressionFileCountLimit: 0}
+	err := c.Validate()
+	for _, want := range []string{"artifact.http_read_timeout", "artifact.http_max_size (--artifact-http-max-size) \"lots\"", "artifact.decompression_size_limit", "artifact.decompression_file_count_limit"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v, want it to name %s", err, want)
+		}
+	}
+}
+
+func testenvMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

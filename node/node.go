@@ -239,6 +239,7 @@ func (n *Node) runnerOptions() runner.Options {
 		StartWorkers:       n.Config.Client.StartWorkers,
 		MaxPendingLaunches: n.Config.Client.MaxPendingLaunches,
 		MaxKillTimeout:     n.Config.MaxKillTimeout(),
+		ArtifactLimits:     n.Config.ArtifactLimits(),
 	}
 }
 

@@ -1,22 +1,10 @@
 package runner
 
 import (
-	"archive/tar"
-	"archive/zip"
-	"compress/bzip2"
-	"compress/gzip"
 	"context"
-	"crypto/md5"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
-	"io"
 	"io/fs"
-	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -24,22 +12,21 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/berth/berth/artifact"
+	"github.com/berth/berth/driver"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/jobspec"
+	"golang.org/x/sys/unix"
 )
 
 // ErrArtifact is matched (errors.Is) by every artifact that could not be
 // fetched, checked or unpacked.
-var ErrArtifact = errors.New("artifact failed")
+var ErrArtifact = artifact.ErrArtifact
 
 func artifactErrorf(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrArtifact, fmt.Sprintf(format, a...))
 }
-
-// artifactTimeout bounds one HTTP download, as Nomad's default
-// artifact.http_read_timeout.
-const artifactTimeout = 30 * time.Minute
 
 // archiveExts are the archive kinds berth unpacks, by file name suffix,
 // longest first; the same names are accepted by options { archive }.
@@ -104,9 +91,15 @@ func parseArtifactSource(src, taskDir string) (*artifactSource, error) {
 // with the task's variables) is downloaded, its options.checksum checked,
 // then placed by mode: "file" at the destination; "any" an archive unpacked
 // into the destination, any other file into it under its own name; "dir"
-// an archive unpacked or a directory copied into it. Nothing is written
-// outside the allocation directory, nor through a symbolic link.
-func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobspec.Artifact, vars map[string]string) error {
+// an archive unpacked or a directory copied into it.
+//
+// A local source (a path, a file:// URL) must lie inside the allocation
+// directory. The runner only resolves and opens the source's and the
+// destination's directories; the fetch itself runs sandboxed as the
+// task's user (package artifact), so nothing outside the allocation is
+// read, and nothing is written outside the destination nor through a
+// symbolic link.
+func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobspec.Artifact, vars map[string]string, cred driver.Credential) error {
 	src, err := parseArtifactSource(jobspec.Interpolate(art.Source, vars), taskDir)
 	if err != nil {
 		return err
@@ -130,74 +123,133 @@ func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobsp
 	if err != nil {
 		return err
 	}
-
-	if src.local != "" {
-		fi, err := os.Stat(src.local)
-		if err != nil {
-			return artifactErrorf("%v", err)
-		}
-		if fi.IsDir() {
-			if art.Mode == "file" {
-				return artifactErrorf("%s is a directory and the artifact's mode is \"file\"", src.local)
-			}
-			if art.Checksum != "" {
-				return artifactErrorf("%s is a directory: options { checksum } applies to a file", src.local)
-			}
-			return copyTree(a.dir, src.local, destPath)
-		}
+	spec := artifact.Spec{
+		AllocID: a.alloc.ID, Task: filepath.Base(taskDir), Source: art.Source, Name: src.name,
+		Mode: art.Mode, Kind: kind, ChecksumType: art.ChecksumType, Checksum: art.Checksum,
+		UID: cred.UID, GID: cred.GID, Groups: cred.Groups,
+		Landlock: a.r.landlockABI() > 0, Limits: a.r.o.ArtifactLimits,
+	}
+	destDir := destPath
+	if art.Mode == "file" {
+		destDir, spec.Target = filepath.Dir(destPath), filepath.Base(destPath)
 	}
 
-	tmp, err := os.CreateTemp(taskDir, ".artifact-*")
+	root, err := openBeneath(-1, a.dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
+		return fmt.Errorf("%w: allocation directory: %w", ErrArtifact, err)
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	if err := download(ctx, src, art.Headers, opts, vars, tmp); err != nil {
+	defer root.Close()
+	req := artifact.Request{OnProgress: func() { fault.Point(fault.ArtifactFetching) }}
+	if src.local != "" {
+		p := filepath.Clean(src.local)
+		if !isUnder(a.dir, p) || p == filepath.Clean(a.dir) {
+			return fmt.Errorf("%w: %s is not in it: name a file of the allocation (a path relative to the task directory, e.g. \"../alloc/data/app.tgz\") or fetch it over http(s)",
+				ErrHostPath, p)
+		}
+		rel, _ := filepath.Rel(a.dir, filepath.Dir(p))
+		sd, err := openBeneath(int(root.Fd()), rel, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrArtifact, filepath.Dir(p), beneathErr(err))
+		}
+		defer sd.Close()
+		req.SrcDir, spec.LocalName = sd, filepath.Base(p)
+	} else {
+		u := *src.url
+		q := u.Query()
+		keys := make([]string, 0, len(opts))
+		for k := range opts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			// Options other than archive and checksum are query
+			// parameters, as go-getter sends them.
+			if k != "archive" && k != "checksum" {
+				q.Set(k, opts[k])
+			}
+		}
+		u.RawQuery = q.Encode()
+		spec.URL = u.String()
+		spec.Headers = map[string]string{}
+		for k, v := range art.Headers {
+			spec.Headers[k] = jobspec.Interpolate(v, vars)
+		}
+	}
+	if err := a.makeDestDir(destDir, cred); err != nil {
+		return fmt.Errorf("%w: destination %q: %w", ErrArtifact, dest, err)
+	}
+	rel, _ := filepath.Rel(a.dir, destDir)
+	dd, err := openBeneath(int(root.Fd()), rel, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
+	if err != nil {
+		return fmt.Errorf("%w: destination %q: %w", ErrArtifact, dest, beneathErr(err))
+	}
+	defer dd.Close()
+	req.DestDir, req.Spec = dd, spec
+	return artifact.Fetch(ctx, req)
+}
+
+// ErrHostPath is matched by a local artifact source outside the
+// allocation directory.
+var ErrHostPath = fmt.Errorf("%w: local source outside the allocation directory", ErrArtifact)
+
+func atPos(p jobspec.Pos) string {
+	if p.Line == 0 {
+		return ""
+	}
+	return " (" + p.String() + ")"
+}
+
+// openBeneath opens rel beneath the directory dirfd with openat2's
+// resolve flags (dirfd -1: rel is an absolute path, opened not following
+// a final link).
+func openBeneath(dirfd int, rel string, flags uint64, resolve uint64) (*os.File, error) {
+	if dirfd < 0 {
+		fd, err := unix.Open(rel, int(flags)|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+		}
+		return os.NewFile(uintptr(fd), rel), nil
+	}
+	fd, err := unix.Openat2(dirfd, rel, &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: resolve})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// beneathErr says what openat2's refusals mean here.
+func beneathErr(err error) error {
+	switch {
+	case errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("%w (a symbolic link leads out of the allocation directory)", err)
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("%w (berth does not write through a symbolic link)", err)
+	}
+	return err
+}
+
+// makeDestDir makes dir (inside the allocation directory) and gives the
+// directories it made to the user the fetch runs as.
+func (a *allocRun) makeDestDir(dir string, cred driver.Credential) error {
+	var made []string
+	for p := dir; isUnder(a.dir, p) && p != filepath.Clean(a.dir); p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		made = append(made, p)
+	}
+	if err := mkdirAllUnder(a.dir, dir); err != nil {
 		return err
 	}
-	if art.Checksum != "" {
-		if err := checkSum(tmp, art.ChecksumType, art.Checksum); err != nil {
+	if cred.UID == 0 {
+		return nil
+	}
+	for _, p := range made {
+		if err := os.Lchown(p, cred.UID, cred.GID); err != nil {
 			return err
 		}
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-
-	switch {
-	case art.Mode == "file" || (kind == "" && art.Mode == "any"):
-		target := destPath
-		if art.Mode != "file" {
-			if err := mkdirAllUnder(a.dir, destPath); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-			name := src.name
-			if name == "" || name == "." || name == "/" {
-				return artifactErrorf("source %q ends with no file name to save it under: use mode = \"file\" and a destination file", art.Source)
-			}
-			target = filepath.Join(destPath, name)
-		}
-		if kind == "gz" || kind == "bz2" {
-			// A compressed file is decompressed, as go-getter does: at the
-			// destination file, or inside the destination without its suffix.
-			if art.Mode != "file" {
-				target = target[:len(target)-len(filepath.Ext(target))]
-			}
-			zr, err := decompressor(tmp, kind)
-			if err != nil {
-				return err
-			}
-			return copyFileUnder(a.dir, zr, target, 0o644)
-		}
-		return copyFileUnder(a.dir, tmp, target, 0o644)
-	case kind == "":
-		return artifactErrorf("mode \"dir\" needs an archive (tar, tar.gz, tar.bz2, zip) or a directory; %s is neither", src.name)
-	}
-	if err := mkdirAllUnder(a.dir, destPath); err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
-	}
-	return unpack(a.dir, tmp, kind, destPath)
+	return nil
 }
 
 // archiveKind is what options { archive } says (false: none), else what the
@@ -241,83 +293,6 @@ func dedup(l []string) []string {
 		}
 	}
 	return out
-}
-
-// download copies the source into w. Options other than archive and
-// checksum are query parameters of an http(s) URL, as go-getter sends them.
-func download(ctx context.Context, src *artifactSource, headers, opts, vars map[string]string, w io.Writer) error {
-	if src.local != "" {
-		f, err := os.Open(src.local)
-		if err != nil {
-			return artifactErrorf("%v", err)
-		}
-		defer f.Close()
-		if _, err := io.Copy(w, f); err != nil {
-			return artifactErrorf("copy %s: %v", src.local, err)
-		}
-		return nil
-	}
-	u := *src.url
-	q := u.Query()
-	keys := make([]string, 0, len(opts))
-	for k := range opts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if k != "archive" && k != "checksum" {
-			q.Set(k, opts[k])
-		}
-	}
-	u.RawQuery = q.Encode()
-	ctx, cancel := context.WithTimeout(ctx, artifactTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return artifactErrorf("%v", err)
-	}
-	req.Header.Set("User-Agent", "berth")
-	for k, v := range headers {
-		req.Header.Set(k, jobspec.Interpolate(v, vars))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return artifactErrorf("GET %s: %v", src.url.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return artifactErrorf("GET %s: %s", src.url.Redacted(), resp.Status)
-	}
-	if _, err := io.Copy(w, resp.Body); err != nil {
-		return artifactErrorf("GET %s: reading the body: %v", src.url.Redacted(), err)
-	}
-	return nil
-}
-
-func checkSum(f *os.File, typ, want string) error {
-	var h hash.Hash
-	switch typ {
-	case "md5":
-		h = md5.New()
-	case "sha1":
-		h = sha1.New()
-	case "sha256":
-		h = sha256.New()
-	case "sha512":
-		h = sha512.New()
-	default:
-		return artifactErrorf("unsupported checksum type %q", typ)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	if _, err := io.Copy(h, f); err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return artifactErrorf("checksum mismatch: %s is %s, options { checksum } says %s", typ, got, want)
-	}
-	return nil
 }
 
 // isUnder reports whether p is root or lies inside it (lexically).
@@ -379,253 +354,4 @@ func writeFileNoFollow(p string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return f.Close()
-}
-
-// copyFileUnder writes r to target inside root with mode (parents made).
-func copyFileUnder(root string, r io.Reader, target string, mode os.FileMode) error {
-	target, err := securePath(root, target)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
-	}
-	if err := mkdirAllUnder(root, filepath.Dir(target)); err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
-	}
-	if fi, err := os.Lstat(target); err == nil && fi.IsDir() {
-		return artifactErrorf("%s is a directory", target)
-	}
-	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return fmt.Errorf("%w: write %s: %w", ErrArtifact, target, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func decompressor(r io.Reader, kind string) (io.Reader, error) {
-	switch kind {
-	case "gz", "tar.gz":
-		zr, err := gzip.NewReader(r)
-		if err != nil {
-			return nil, artifactErrorf("not gzip data: %v", err)
-		}
-		return zr, nil
-	case "bz2", "tar.bz2":
-		return bzip2.NewReader(r), nil
-	}
-	return r, nil
-}
-
-// unpack unpacks the archive in f into dest, inside root.
-func unpack(root string, f *os.File, kind, dest string) error {
-	if kind == "zip" {
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		zr, err := zip.NewReader(f, fi.Size())
-		if err != nil {
-			return artifactErrorf("not a zip archive: %v", err)
-		}
-		return unzip(root, zr, dest)
-	}
-	r, err := decompressor(f, kind)
-	if err != nil {
-		return err
-	}
-	return untar(root, tar.NewReader(r), dest)
-}
-
-// entryPath is where an archive entry goes: inside dest, or an error.
-func entryPath(root, dest, name string) (string, error) {
-	clean := path.Clean("/" + strings.ReplaceAll(name, "\\", "/"))
-	if name == "" || strings.Contains(name, "\x00") {
-		return "", artifactErrorf("archive entry %q has no usable name", name)
-	}
-	rel := strings.TrimPrefix(clean, "/")
-	if rel == "" {
-		return dest, nil
-	}
-	if orig := path.Clean(name); orig == ".." || strings.HasPrefix(orig, "../") || path.IsAbs(name) {
-		return "", artifactErrorf("archive entry %q leads out of the destination", name)
-	}
-	p, err := securePath(root, filepath.Join(dest, filepath.FromSlash(rel)))
-	if err != nil {
-		return "", artifactErrorf("archive entry %q: %v", name, err)
-	}
-	return p, nil
-}
-
-// checkLink refuses a symbolic link whose target is absolute or leads
-// out of dest.
-func checkLink(dest, at, target string) error {
-	if filepath.IsAbs(target) {
-		return artifactErrorf("archive entry %s is a symbolic link to the absolute path %s", at, target)
-	}
-	resolved := filepath.Join(filepath.Dir(at), target)
-	if rel, err := filepath.Rel(dest, resolved); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return artifactErrorf("archive entry %s is a symbolic link to %s, outside the destination", at, target)
-	}
-	return nil
-}
-
-func untar(root string, tr *tar.Reader, dest string) error {
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return artifactErrorf("reading the archive: %v", err)
-		}
-		p, err := entryPath(root, dest, hdr.Name)
-		if err != nil {
-			return err
-		}
-		mode := os.FileMode(hdr.Mode).Perm()
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-			if mode != 0 {
-				if err := os.Chmod(p, mode|0o700); err != nil {
-					return err
-				}
-			}
-		case tar.TypeReg:
-			if err := copyFileUnder(root, tr, p, mode); err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if err := checkLink(dest, p, hdr.Linkname); err != nil {
-				return err
-			}
-			if err := mkdirAllUnder(root, filepath.Dir(p)); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-			_ = os.Remove(p)
-			if err := os.Symlink(hdr.Linkname, p); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-		case tar.TypeLink:
-			target, err := entryPath(root, dest, hdr.Linkname)
-			if err != nil {
-				return err
-			}
-			_ = os.Remove(p)
-			if err := os.Link(target, p); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-		case tar.TypeXGlobalHeader, tar.TypeXHeader:
-		default:
-			return artifactErrorf("archive entry %q is a device, FIFO or other special file (type %q), which berth does not unpack", hdr.Name, hdr.Typeflag)
-		}
-	}
-}
-
-func unzip(root string, zr *zip.Reader, dest string) error {
-	for _, zf := range zr.File {
-		p, err := entryPath(root, dest, zf.Name)
-		if err != nil {
-			return err
-		}
-		mode := zf.Mode()
-		switch {
-		case mode.IsDir():
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-		case mode&fs.ModeSymlink != 0:
-			rc, err := zf.Open()
-			if err != nil {
-				return artifactErrorf("zip entry %s: %v", zf.Name, err)
-			}
-			b, err := io.ReadAll(io.LimitReader(rc, 4096))
-			rc.Close()
-			if err != nil {
-				return artifactErrorf("zip entry %s: %v", zf.Name, err)
-			}
-			if err := checkLink(dest, p, string(b)); err != nil {
-				return err
-			}
-			if err := mkdirAllUnder(root, filepath.Dir(p)); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-			_ = os.Remove(p)
-			if err := os.Symlink(string(b), p); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-		case mode.IsRegular():
-			rc, err := zf.Open()
-			if err != nil {
-				return artifactErrorf("zip entry %s: %v", zf.Name, err)
-			}
-			perm := mode.Perm()
-			if perm == 0 {
-				perm = 0o644
-			}
-			err = copyFileUnder(root, rc, p, perm)
-			rc.Close()
-			if err != nil {
-				return err
-			}
-		default:
-			return artifactErrorf("zip entry %q is a special file, which berth does not unpack", zf.Name)
-		}
-	}
-	return nil
-}
-
-// copyTree copies the directory src into dest (inside root): regular
-// files, directories and symbolic links that stay inside it.
-func copyTree(root, src, dest string) error {
-	if err := mkdirAllUnder(root, dest); err != nil {
-		return fmt.Errorf("%w: %w", ErrArtifact, err)
-	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return artifactErrorf("%v", err)
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		target := filepath.Join(dest, rel)
-		fi, err := d.Info()
-		if err != nil {
-			return artifactErrorf("%v", err)
-		}
-		switch {
-		case d.IsDir():
-			return mkdirAllUnder(root, target)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return artifactErrorf("%v", err)
-			}
-			if err := checkLink(dest, target, link); err != nil {
-				return err
-			}
-			if _, err := securePath(root, target); err != nil {
-				return fmt.Errorf("%w: %w", ErrArtifact, err)
-			}
-			_ = os.Remove(target)
-			return os.Symlink(link, target)
-		case fi.Mode().IsRegular():
-			f, err := os.Open(p)
-			if err != nil {
-				return artifactErrorf("%v", err)
-			}
-			defer f.Close()
-			return copyFileUnder(root, f, target, fi.Mode().Perm())
-		}
-		return artifactErrorf("%s is a special file, which berth does not copy", p)
-	})
 }

@@ -71,44 +71,19 @@ func TestArchiveKind(t *testing.T) {
 	}
 }
 
-// Nothing of an archive or a path lands outside the allocation dir or
-// through a symbolic link.
-func TestArtifactPaths(t *testing.T) {
+// Nothing of a path lands outside the allocation dir.
+func TestSecurePath(t *testing.T) {
 	root := t.TempDir()
-	dest := filepath.Join(root, "t", "local")
-	if err := os.MkdirAll(dest, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "t", "local"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("/etc", filepath.Join(dest, "link")); err != nil {
+	if err := os.Symlink("/etc", filepath.Join(root, "t", "local", "link")); err != nil {
 		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		entry, err string
-	}{
-		{entry: "a/b.txt"},
-		{entry: "./a/../c.txt"},
-		{entry: "../x", err: "leads out of the destination"},
-		{entry: "/etc/passwd", err: "leads out of the destination"},
-		{entry: "link/passwd", err: "goes through the symbolic link"},
-		{entry: "a\x00b", err: "no usable name"},
-	} {
-		_, err := entryPath(root, dest, tc.entry)
-		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("entry %q: %v, want %q", tc.entry, err, tc.err)
-		}
-	}
-	for _, tc := range []struct {
-		target string
-		ok     bool
-	}{
-		{"lib.so.1", true}, {"../local/x", true}, {"../../../etc", false}, {"/etc", false},
-	} {
-		err := checkLink(dest, filepath.Join(dest, "sub", "l"), tc.target)
-		if (err == nil) != tc.ok {
-			t.Errorf("link to %s: %v", tc.target, err)
-		}
 	}
 	if _, err := securePath(root, filepath.Join(root, "..", "x")); err == nil {
 		t.Error("a path outside the root was accepted")
+	}
+	if _, err := securePath(root, filepath.Join(root, "t", "local", "link", "passwd")); err == nil || !strings.Contains(err.Error(), "goes through the symbolic link") {
+		t.Errorf("a path through a link: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth/berth/artifact"
 	"github.com/berth/berth/attach"
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/driver"
@@ -70,6 +71,9 @@ type Options struct {
 	// Agent marks the allocations as an agent's: the next agent on the
 	// data dir may re-adopt them (AdoptAlloc) when this one is gone.
 	Agent bool
+	// ArtifactLimits bound each artifact's fetch; zero fields are Nomad's
+	// defaults (artifact.DefaultLimits).
+	ArtifactLimits artifact.Limits
 }
 
 // Runner runs allocations.
@@ -89,6 +93,23 @@ type Runner struct {
 	// networks in place, recorded for the next agent.
 	detached context.Context
 	detach   context.CancelFunc
+
+	// landlock is the kernel's Landlock ABI, probed once (landlockABI).
+	landlockOnce sync.Once
+	landlock     int
+}
+
+// landlockABI is the Landlock ABI artifact fetches are sandboxed with, 0
+// when the kernel has none: said once in the log, the fetches then run as
+// the task's user within their limits, without the filesystem sandbox.
+func (r *Runner) landlockABI() int {
+	r.landlockOnce.Do(func() {
+		r.landlock = artifact.LandlockABI()
+		if r.landlock == 0 {
+			r.log.Warn("this kernel has no Landlock: artifacts are fetched as the task's user, within their limits, from directories the runner opens, but without a filesystem sandbox")
+		}
+	})
+	return r.landlock
 }
 
 // Detach makes every run return without stopping anything: tasks keep

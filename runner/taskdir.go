@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 
 	"github.com/berth/berth/driver"
 	"github.com/berth/berth/jobspec"
@@ -103,12 +105,18 @@ func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[st
 		a.event("Setup Failure", err.Error())
 		return err
 	}
+	var cred driver.Credential
 	if len(t.Artifacts) > 0 {
 		a.phase(ctx, PhaseArtifacts)
+		if cred, err = a.fetchCredential(ctx, t, td); err != nil {
+			err = fmt.Errorf("task %q: artifacts: %w", t.Name, err)
+			a.event("Failed Artifact Download", err.Error())
+			return err
+		}
 	}
 	for _, art := range t.Artifacts {
-		if err := a.fetchArtifact(ctx, td, art, vars); err != nil {
-			err = fmt.Errorf("task %q: artifact %s: %w", t.Name, art.Source, err)
+		if err := a.fetchArtifact(ctx, td, art, vars, cred); err != nil {
+			err = fmt.Errorf("task %q: artifact %s%s: %w", t.Name, art.Source, atPos(art.Pos), err)
 			a.event("Failed Artifact Download", err.Error())
 			return err
 		}
@@ -124,6 +132,42 @@ func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[st
 		}
 	}
 	return nil
+}
+
+// fetchCredential is who fetches t's artifacts: its user as its driver
+// resolves it on this host (raw_exec: root unless it names one; exec:
+// nobody), nobody for a driver whose users live in its images. A task
+// user other than root gets its local/ and secrets/ (as the exec driver
+// gives them at start), so that the fetch, as that user, can write there.
+func (a *allocRun) fetchCredential(ctx context.Context, t *jobspec.Task, taskDir string) (driver.Credential, error) {
+	drv, err := a.r.o.Drivers.Get(ctx, t.Driver)
+	if err != nil {
+		return driver.Credential{}, err
+	}
+	var cred driver.Credential
+	if cr, ok := drv.(driver.CredentialResolver); ok {
+		if cred, err = cr.TaskCredential(t.User); err != nil {
+			return cred, err
+		}
+	} else {
+		u, err := user.Lookup("nobody")
+		if err != nil {
+			return cred, fmt.Errorf("the user nobody, who fetches artifacts of %s tasks: %w", t.Driver, err)
+		}
+		cred.Name = "nobody"
+		cred.UID, _ = strconv.Atoi(u.Uid)
+		cred.GID, _ = strconv.Atoi(u.Gid)
+		cred.Groups = []int{cred.GID}
+	}
+	if cred.UID == 0 {
+		return cred, nil
+	}
+	for _, d := range []string{"local", "secrets"} {
+		if err := os.Lchown(filepath.Join(taskDir, d), cred.UID, cred.GID); err != nil {
+			return cred, fmt.Errorf("give %s to user %s: %w", d, cred.Name, err)
+		}
+	}
+	return cred, nil
 }
 
 // writePayload writes the dispatched job's payload to rel (local/<file>)

@@ -95,26 +95,27 @@ func zipOf(t *testing.T, files map[string]string) []byte {
 	return buf.Bytes()
 }
 
-// Artifacts are fetched before the task starts: a local file, a file://
-// URL in file mode, a tar.gz unpacked (its script run by a relative
-// command from the task dir), a zip over http from 127.0.0.1 with a
-// header and its checksum checked.
+// Artifacts are fetched before the task starts: a local file of the
+// allocation (a prestart task made it) by a relative path, another by a
+// file:// URL in file mode, a directory of the allocation copied, a tar.gz
+// unpacked (its script run by a relative command from the task dir), a
+// zip over http from 127.0.0.1 with a header and its checksum checked.
 func TestArtifacts(t *testing.T) {
 	e := newEnv(t, "10.199.132.0/24")
-	src := t.TempDir()
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "hello.txt"), []byte("hello\n"), 0o644))
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "conf.txt"), []byte("conf\n"), 0o644))
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "tool.tar.gz"), tarGz(t,
+	tool := tarGz(t,
 		map[string]string{"bin/run.sh": "#!/bin/sh\necho tool ran in $(pwd)\n", "README": "readme\n"},
-		map[string]int64{"bin/run.sh": 0o755}), 0o644))
+		map[string]int64{"bin/run.sh": 0o755})
 	bundle := zipOf(t, map[string]string{"index.html": "<h1>hi</h1>\n", "css/site.css": "body{}\n"})
 	sum := sha256.Sum256(bundle)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/bundle.zip" || r.Header.Get("X-Token") != "s3cret" || r.URL.Query().Get("v") != "2" {
+		switch {
+		case r.URL.Path == "/tool.tar.gz":
+			_, _ = w.Write(tool)
+		case r.URL.Path != "/bundle.zip" || r.Header.Get("X-Token") != "s3cret" || r.URL.Query().Get("v") != "2":
 			http.Error(w, "no", http.StatusForbidden)
-			return
+		default:
+			_, _ = w.Write(bundle)
 		}
-		_, _ = w.Write(bundle)
 	}))
 	defer srv.Close()
 
@@ -125,18 +126,32 @@ func TestArtifacts(t *testing.T) {
       attempts = 0
       mode     = "fail"
     }
+    task "seed" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cd $NOMAD_ALLOC_DIR/data && echo hello > hello.txt && echo conf > conf.txt && mkdir tree && echo leaf > tree/leaf.txt"]
+      }
+    }
     task "t" {
       driver = "raw_exec"
       artifact {
-        source = "`+filepath.Join(src, "hello.txt")+`"
+        source = "../alloc/data/hello.txt"
       }
       artifact {
-        source      = "file://`+filepath.Join(src, "conf.txt")+`"
+        source      = "file://${NOMAD_ALLOC_DIR}/data/conf.txt"
         destination = "local/etc/app.conf"
         mode        = "file"
       }
       artifact {
-        source      = "`+filepath.Join(src, "tool.tar.gz")+`"
+        source      = "../alloc/data/tree"
+        destination = "local/tree"
+      }
+      artifact {
+        source      = "`+srv.URL+`/tool.tar.gz"
         destination = "local/tool"
       }
       artifact {
@@ -161,7 +176,7 @@ func TestArtifacts(t *testing.T) {
       }
       config {
         command = "/bin/sh"
-        args    = ["-c", "cd ../t/local && cat hello.txt etc/app.conf tool/README web/index.html web/css/site.css"]
+        args    = ["-c", "cd ../t/local && cat hello.txt etc/app.conf tree/leaf.txt tool/README web/index.html web/css/site.css"]
       }
     }
   }
@@ -172,10 +187,10 @@ func TestArtifacts(t *testing.T) {
 	if got, want := stdout(t, e, a, "t"), "tool ran in "+filepath.Join(e.dataDir, "alloc", a.ID, "t")+"\n"; got != want {
 		t.Errorf("task output %q, want %q", got, want)
 	}
-	if got, want := stdout(t, e, a, "check"), "hello\nconf\nreadme\n<h1>hi</h1>\nbody{}\n"; got != want {
+	if got, want := stdout(t, e, a, "check"), "hello\nconf\nleaf\nreadme\n<h1>hi</h1>\nbody{}\n"; got != want {
 		t.Errorf("fetched files: %q, want %q", got, want)
 	}
-	if !strings.Contains(eventTypes(a), "Downloading Artifacts: task t: 4 artifact(s) fetched") {
+	if !strings.Contains(eventTypes(a), "Downloading Artifacts: task t: 5 artifact(s) fetched") {
 		t.Errorf("events:\n%s", eventTypes(a))
 	}
 }
@@ -184,33 +199,37 @@ func TestArtifacts(t *testing.T) {
 // an event saying why, and its task never starts.
 func TestArtifactFailures(t *testing.T) {
 	e := newEnv(t, "10.199.132.0/24")
-	src := t.TempDir()
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "f.txt"), []byte("data\n"), 0o644))
 	var evil bytes.Buffer
 	tw := tar.NewWriter(&evil)
 	testenv.Must(t, tw.WriteHeader(&tar.Header{Name: "../../../../escape.txt", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg}))
 	_, _ = tw.Write([]byte("x"))
 	testenv.Must(t, tw.Close())
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "evil.tar"), evil.Bytes(), 0o644))
 	var link bytes.Buffer
 	tw = tar.NewWriter(&link)
 	testenv.Must(t, tw.WriteHeader(&tar.Header{Name: "etc", Linkname: "/etc", Typeflag: tar.TypeSymlink}))
 	testenv.Must(t, tw.Close())
-	testenv.Must(t, os.WriteFile(filepath.Join(src, "link.tar"), link.Bytes(), 0o644))
-	srv := httptest.NewServer(http.NotFoundHandler())
+	files := map[string][]byte{"/f.txt": []byte("data\n"), "/evil.tar": evil.Bytes(), "/link.tar": link.Bytes()}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
 	defer srv.Close()
 
 	cases := []struct {
 		name, artifact, want string
 	}{
-		{"checksum mismatch", `source = "` + filepath.Join(src, "f.txt") + `"
+		{"checksum mismatch", `source = "` + srv.URL + `/f.txt"
         options {
           checksum = "sha256:` + strings.Repeat("0", 64) + `"
         }`, "checksum mismatch: sha256 is "},
-		{"missing file", `source = "` + filepath.Join(src, "nope.txt") + `"`, "no such file or directory"},
+		{"missing file", `source = "local/nope.txt"`, "no such file or directory"},
 		{"http 404", `source = "` + srv.URL + `/gone.tar.gz"`, "404 Not Found"},
-		{"entry leaving the destination", `source = "` + filepath.Join(src, "evil.tar") + `"`, `archive entry "../../../../escape.txt" leads out of the destination`},
-		{"absolute symlink", `source = "` + filepath.Join(src, "link.tar") + `"`, "is a symbolic link to the absolute path /etc"},
+		{"entry leaving the destination", `source = "` + srv.URL + `/evil.tar"`, `archive entry "../../../../escape.txt" leads out of the destination`},
+		{"absolute symlink", `source = "` + srv.URL + `/link.tar"`, "is a symbolic link to the absolute path /etc"},
 		{"git getter", `source = "git::https://example.com/repo.git"`, `uses go-getter's "git" getter, which berth does not have`},
 	}
 	for _, tc := range cases {

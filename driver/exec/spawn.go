@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -23,39 +21,15 @@ import (
 
 // SupervisorEnv names the supervisor binary for processes that cannot be
 // told through Options (tests, a berth run from a build directory).
-const SupervisorEnv = "BERTH_SUPERVISOR"
+const SupervisorEnv = supervisor.PathEnv
 
 // ErrNoSupervisor is returned when the berth-supervisor binary is not found.
-var ErrNoSupervisor = errors.New(supervisor.Binary + " not found")
+var ErrNoSupervisor = supervisor.ErrNotFound
 
-// supervisorPath finds the supervisor binary once: Options.SupervisorPath,
-// $BERTH_SUPERVISOR, beside the running executable (an installed berth),
-// then $PATH.
+// supervisorPath finds the supervisor binary once (supervisor.Find).
 func (d *Driver) supervisorPath() (string, error) {
 	d.findOnce.Do(func() {
-		var tried []string
-		try := func(p string) bool {
-			if p == "" {
-				return false
-			}
-			tried = append(tried, p)
-			if checkExecutable(p) == nil {
-				d.supervisor = p
-				return true
-			}
-			return false
-		}
-		if try(d.supervisor) || try(os.Getenv(SupervisorEnv)) {
-			return
-		}
-		if exe, err := os.Executable(); err == nil && try(filepath.Join(filepath.Dir(exe), supervisor.Binary)) {
-			return
-		}
-		if p, err := osexec.LookPath(supervisor.Binary); err == nil && try(p) {
-			return
-		}
-		d.findErr = fmt.Errorf("%w (looked at %s and in $PATH): install it with scripts/install.sh, or build it with `go build ./cmd/%s` and set %s",
-			ErrNoSupervisor, strings.Join(tried, ", "), supervisor.Binary, SupervisorEnv)
+		d.supervisor, d.findErr = supervisor.Find(d.supervisor)
 	})
 	return d.supervisor, d.findErr
 }

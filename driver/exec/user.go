@@ -88,3 +88,19 @@ func (d *Driver) checkDenied(name string, u *user.User) error {
 	}
 	return nil
 }
+
+// TaskCredential is who a task of this driver runs as: its user, or the
+// driver's default (berth's own, root, for raw_exec; nobody for exec).
+func (d *Driver) TaskCredential(name string) (driver.Credential, error) {
+	if name == "" {
+		if !d.isolate {
+			return driver.Credential{Name: "root"}, nil
+		}
+		name = DefaultExecUser
+	}
+	u, err := d.lookupUser(name)
+	if err != nil {
+		return driver.Credential{}, err
+	}
+	return driver.Credential{Name: u.name, UID: u.uid, GID: u.gid, Groups: u.groups}, nil
+}

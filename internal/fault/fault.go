@@ -29,6 +29,8 @@ const (
 	// handle not recorded yet.
 	AfterContainerCreate = "after-container-create" // podman: created, not started, not recorded
 	TaskStarted          = "task-started"           // the driver's Start returned, handle not recorded
+	// An artifact's fetch child has its first bytes in, the fetch not done.
+	ArtifactFetching = "artifact-fetching"
 )
 
 // Crash points of the restore path: what the next agent does with the
