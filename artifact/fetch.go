@@ -65,7 +65,7 @@ func (f *fetcher) run(ctx context.Context) error {
 		}
 		data = src
 	} else {
-		fd, err := unix.Openat(f.dest.fd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+		fd, err := tempFile(f.dest.fd)
 		if err != nil {
 			return errorf("a temporary file in the destination: %v", err)
 		}
@@ -405,4 +405,24 @@ func (f *fetcher) copyTree(ctx context.Context, dirfd int, rel string) error {
 		}
 	}
 	return nil
+}
+
+// tempFile is an unnamed file in the directory dirfd, so that nothing of a
+// cut download stays: O_TMPFILE, or where the filesystem lacks it a file
+// unlinked as soon as it is made.
+func tempFile(dirfd int) (int, error) {
+	fd, err := unix.Openat(dirfd, ".", unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil || !(errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL)) {
+		return fd, err
+	}
+	name := fmt.Sprintf(".artifact-%d", os.Getpid())
+	fd, err = unix.Openat(dirfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }

@@ -59,8 +59,8 @@ func TestArtifactSecHostPaths(t *testing.T) {
 	cases := []struct {
 		name, meta, source, want string
 	}{
-		{"host file", "/etc/shadow", "${NOMAD_META_src}", `artifact ${NOMAD_META_src} (test.nomad.hcl:24:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
-		{"file URL", "/etc/shadow", "file://${NOMAD_META_src}", `artifact file://${NOMAD_META_src} (test.nomad.hcl:24:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"host file", "/etc/shadow", "${NOMAD_META_src}", `artifact ${NOMAD_META_src} (test.nomad.hcl:23:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"file URL", "/etc/shadow", "file://${NOMAD_META_src}", `artifact file://${NOMAD_META_src} (test.nomad.hcl:23:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
 		{"host dir", "/root/", "${NOMAD_META_src}", "outside the allocation directory: /root is not in it"},
 		{"climbing out", "", "${NOMAD_TASK_DIR}/../../../../../../../../../etc/shadow", "outside the allocation directory: /etc/shadow is not in it"},
 		{"alloc dir itself", "", "..", "outside the allocation directory"},

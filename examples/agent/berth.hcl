@@ -181,6 +181,20 @@ tasks {
   exec_seccomp = true
 }
 
+# Artifact fetches (Nomad's client artifact block, its defaults). Each fetch
+# runs sandboxed as the task's user (see README.md, "Artifacts"); past a limit
+# the task's setup fails with a "Failed Artifact Download" event.
+# Flags: --artifact-http-read-timeout, --artifact-http-max-size, ...
+artifact {
+  # The whole fetch: download, checksum, unpacking.
+  http_read_timeout = "30m"
+  # Downloaded, and written (unpacked, decompressed, copied): KB/MB/GB or KiB/MiB/GiB.
+  http_max_size            = "100GB"
+  decompression_size_limit = "100GB"
+  # Files, directories and links an artifact may make.
+  decompression_file_count_limit = 4096
+}
+
 # Reclaim what Nomad leaves on this node (a Nomad client): the namespaces
 # Nomad 1.6 to 1.10.0 leak, and the CNI state of allocations that are
 # terminal or that Nomad forgot (see README.md, "Nomad clusters"). The agent
