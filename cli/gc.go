@@ -38,8 +38,14 @@ and iptables rules in Nomad's networks (its CNI config dir's, and "nomad" of
 bridge mode), when the allocation is complete, failed or lost, or Nomad no
 longer knows it and its evidence is older than --nomad-grace-period; never
 anything of a pending or running allocation, nor a namespace a process lives
-in. If the Nomad client agent cannot be reached or answers with an error,
-nothing is touched and gc exits 1.`,
+in. A libcni cache entry is Nomad's teardown still to come: it is left to
+Nomad until its client is gone, restarted or done with the allocation, or
+--nomad-teardown-deadline passed. The client's identity is checked in
+Nomad's data dir (--nomad-data-dir), and a namespace goes only with host
+evidence that it was Nomad's (its alloc dir there, or the client holding it
+open) or --nomad-reclaim-without-evidence; each item names the rule that
+decided. If the Nomad client agent cannot be reached, answers with an error
+or is not this node's client, nothing is touched and gc exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -117,8 +117,12 @@ func TestJanitor2NoNomadErrors(t *testing.T) {
 	rec := &recorder{reclaimed: map[string]int{}, rules: map[string]int{}}
 	runJanitor(t, a, nomad.Config{GracePeriod: "24h"}, testenv.ReferencePlugins, rec)
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+net))
-	// Enough allocations, and among them leaks of Nomad's (its EBUSY
-	// comes and goes with its Go GC's pace).
+	// Nomad's EBUSY comes and goes with its Go GC's pace (a busy agent
+	// finalizes its leaked namespace handles before it unmounts): hold
+	// every other namespace of the job open, as its leaked handle does,
+	// so that Nomad's unmount fails for those as in the seed.
+	holdNamespaces(t, a, "tick/")
+	// Enough allocations, and among them leaks of Nomad's.
 	waitFor2(t, 5*time.Minute, fmt.Sprintf("%d terminal allocations of the periodic job, one of them leaked", want), func() bool {
 		n := 0
 		for _, al := range a.JobAllocs(t, "tick/") {
@@ -274,4 +278,52 @@ func waitFor2(t *testing.T, within time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// holdNamespaces opens every other namespace of the job's allocations
+// (read-only, as Nomad's leaked handle) until the test ends.
+func holdNamespaces(t testing.TB, a *nomadtest.Agent, prefix string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	held := map[string]*os.File{}
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var allocs []nomadtest.Alloc
+			if err := a.Get("/v1/allocations?namespace=*", &allocs); err == nil {
+				for _, al := range allocs {
+					if !strings.HasPrefix(al.JobID, prefix) || seen[al.ID] {
+						continue
+					}
+					f, err := os.Open(filepath.Join(netns.DefaultDir, al.ID))
+					if err != nil {
+						continue
+					}
+					seen[al.ID] = true
+					if len(seen)%2 == 0 {
+						f.Close()
+						continue
+					}
+					mu.Lock()
+					held[al.ID] = f
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, f := range held {
+			f.Close()
+		}
+	})
 }

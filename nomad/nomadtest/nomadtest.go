@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -372,6 +373,38 @@ func (a *Agent) SystemGC(t testing.TB) {
 	}
 }
 
+type jobRef struct{ namespace, id string }
+
+// deleteJobs stops and purges jobs through the API, 8 at a time.
+func (a *Agent) deleteJobs(jobs []jobRef) {
+	work := make(chan jobRef)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				a.deleteJob(j.namespace, j.id)
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+}
+
+// deleteJob stops and purges a job through the API.
+func (a *Agent) deleteJob(namespace, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, a.Addr+"/v1/job/"+url.PathEscape(id)+"?purge=true&namespace="+url.QueryEscape(namespace), nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
 // Stop stops every job, then the agent (SIGINT, then SIGKILL), and waits
 // for it. Idempotent; the cleanup calls it.
 func (a *Agent) Stop(t testing.TB) {
@@ -379,11 +412,21 @@ func (a *Agent) Stop(t testing.TB) {
 		return
 	}
 	a.stopped = true
-	var jobs []struct{ ID, Namespace string }
+	var jobs []struct{ ID, Namespace, ParentID string }
 	if err := a.Get("/v1/jobs?namespace=*", &jobs); err == nil {
+		// Parents first (a periodic job launches no more children), then
+		// the children, several at a time: a periodic job every second
+		// leaves hundreds of them.
+		var parents, children []jobRef
 		for _, j := range jobs {
-			_, _ = a.Nomad("job", "stop", "-purge", "-detach", "-namespace", j.Namespace, j.ID)
+			if j.ParentID == "" {
+				parents = append(parents, jobRef{j.Namespace, j.ID})
+			} else {
+				children = append(children, jobRef{j.Namespace, j.ID})
+			}
 		}
+		a.deleteJobs(parents)
+		a.deleteJobs(children)
 		// Let the client stop the tasks and tear their networks down.
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
