@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -228,36 +227,3 @@ func agentErr(err error) error {
 	return err
 }
 
-// agentClient returns a client of the agent at the default address (or
-// $BERTH_ADDR) if one answers there, for commands that work with or
-// without an agent. ok is false when none answers.
-func agentClient(ctx context.Context, cf *ClientFlags) (c *api.Client, ok bool, err error) {
-	addr := os.Getenv(api.EnvAddress)
-	var o api.ClientOptions
-	if cf != nil {
-		addr = cf.Address
-		o, err = cf.options()
-	} else {
-		o, err = api.OptionsFromEnv()
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	if addr == "" {
-		addr = api.DefaultAddress
-	}
-	c, err = api.NewClientWithOptions(addr, o)
-	if err != nil {
-		return nil, false, err
-	}
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := c.Health(hctx); err != nil {
-		c.Close()
-		if errors.Is(err, api.ErrNoAgent) {
-			return nil, false, nil
-		}
-		return nil, false, err
-	}
-	return c, true, nil
-}

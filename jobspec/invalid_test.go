@@ -40,7 +40,7 @@ func TestInvalidJobs(t *testing.T) {
 		{"unknown_network", "5:14", []string{`network mode "cni/nope"`, `no CNI network named "nope"`}},
 		{"bad_network_mode", "5:14", []string{`invalid network mode "bridged"`, `"host", "none", "bridge" or "cni/<network name>"`}},
 		{"duplicate_network", "7:5", []string{"duplicate network block in group", "first is at testdata/invalid/duplicate_network.hcl:4:5"}},
-		{"bad_cron", "4:31", []string{`invalid cron "every minute"`, "Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first)"}},
+		{"bad_cron", "4:31", []string{`invalid cron "every minute"`, "a Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first)"}},
 		{"cron_too_many_fields", "4:12", []string{`invalid cron "0 0 * * * * * 2030": 8 fields`}},
 		{"bad_time_zone", "5:17", []string{`invalid time_zone "Mars/Olympus_Mons"`, "IANA zone name"}},
 		{"periodic_service", "3:3", []string{`periodic can only be used with "batch" or "sysbatch" jobs`, `set type = "batch"`}},

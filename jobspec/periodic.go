@@ -77,7 +77,7 @@ func (p *Periodic) NextN(from time.Time, n int) []time.Time {
 var (
 	cronFieldRE = regexp.MustCompile(`\S+`) // cronexpr's own field splitter
 	cronAliases = []string{"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"}
-	errCron     = errors.New("Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first), or is one of @hourly, @daily, @weekly, @monthly, @yearly, @annually")
+	errCron     = errors.New("a Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first), or is one of @hourly, @daily, @weekly, @monthly, @yearly, @annually")
 )
 
 // parseCron is cronexpr.Parse, which is what Nomad uses, made strict about

@@ -29,10 +29,6 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 // ConfigField names the key for jobspec's positions.
 func (e *configError) ConfigField() string { return e.field }
 
-func configErrorf(format string, args ...any) error {
-	return &configError{msg: "podman: " + fmt.Sprintf(format, args...)}
-}
-
 // TaskConfig is a task's `config {}` block for the podman driver, with
 // every key of Nomad's podman task driver plugin. Berth's driver acts on
 // Image, Command, Args, Entrypoint, WorkingDir, Hostname and Labels today;
