@@ -226,4 +226,3 @@ func agentErr(err error) error {
 	}
 	return err
 }
-
