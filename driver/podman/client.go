@@ -63,6 +63,11 @@ func (e *APIError) Is(target error) bool {
 type client struct {
 	socket string
 	http   *http.Client
+	// revive, when set, brings back the service on socket after a
+	// request could not even connect to it (berth's own service, killed
+	// or crashed): the request is then sent once more. Only a failed
+	// dial is retried, so no request reaches the service twice.
+	revive func(context.Context) error
 }
 
 func newClient(socket string) *client {
@@ -78,6 +83,13 @@ func newClient(socket string) *client {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	return &client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// dialFailed reports whether err is a failure to connect to the socket
+// (nothing listens, or the socket file is gone): the request was not sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func (c *client) close() {
@@ -100,14 +112,28 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return 0, fmt.Errorf("podman API %s: %w", op, err)
+	send := func() (*http.Response, error) {
+		if b, ok := rd.(*bytes.Reader); ok {
+			if _, err := b.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u, rd)
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return c.http.Do(req)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	resp, err := send()
+	if err != nil && c.revive != nil && dialFailed(err) {
+		if rerr := c.revive(ctx); rerr != nil {
+			return 0, fmt.Errorf("podman API %s on %s: %w (and the service could not be started again: %v)", op, c.socket, err, rerr)
+		}
+		resp, err = send()
 	}
-	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("podman API %s on %s: %w", op, c.socket, err)
 	}

@@ -138,6 +138,9 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	d.svc = svc
 	d.bin = podmanBin
 	d.c = newClient(socket)
+	if svc != nil {
+		d.c.revive = svc.revive
+	}
 	return d, nil
 }
 

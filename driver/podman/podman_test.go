@@ -690,3 +690,43 @@ func TestHTTPInNetns(t *testing.T) {
 	destroy(t, h)
 	assertGone(t, d, h, task.NetnsPath)
 }
+
+// TestServiceRevived: berth's podman service killed under a running
+// driver (the chaos suite's "podman service" death) is started again by
+// the next request that cannot reach it; a task already running lives on
+// in its conmon and is stopped through the new service.
+func TestServiceRevived(t *testing.T) {
+	requirePodman(t)
+	d := newDriver(t, t.TempDir())
+	if d.svc == nil || d.svc.own == nil {
+		t.Fatal("driver did not start its own service")
+	}
+	running := startTask(t, d, testTask(t, map[string]any{"image": testImage, "command": "/bin/sleep", "args": []any{"1000"}}))
+	old := d.svc.own.cmd.Process.Pid
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.svc.own.exited
+
+	h := startTask(t, d, testTask(t, map[string]any{"image": testImage, "command": "/bin/sh", "args": []any{"-c", "exit 3"}}))
+	if res := waitTask(t, h); res.ExitCode != 3 {
+		t.Errorf("task through the revived service: exit %d, want 3", res.ExitCode)
+	}
+	d.svc.mu.Lock()
+	cur := d.svc.own
+	d.svc.mu.Unlock()
+	if cur == nil || cur.cmd.Process.Pid == old || processGone(cur.cmd.Process.Pid) {
+		t.Fatalf("no new podman service after the old one (pid %d) was killed", old)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := running.Stop(ctx, time.Second); err != nil {
+		t.Errorf("stopping the task that ran across the service's death: %v", err)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !processGone(cur.cmd.Process.Pid) {
+		t.Errorf("revived service %d still runs after Close", cur.cmd.Process.Pid)
+	}
+}

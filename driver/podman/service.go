@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -183,9 +184,13 @@ func (s *service) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
-	_ = os.Remove(s.pidFile)
-	// podman leaves its socket file behind.
-	_ = os.Remove(s.socket)
+	// Unless another berth process has started a service on the socket
+	// since this one died (revive): then the files are that one's.
+	if b, err := os.ReadFile(s.pidFile); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid) {
+		_ = os.Remove(s.pidFile)
+		// podman leaves its socket file behind.
+		_ = os.Remove(s.socket)
+	}
 	s.log.Info("stopped podman service", "socket", s.socket, "pid", pid)
 }
 
@@ -199,7 +204,10 @@ type sharedService struct {
 	users            *flock.Lock
 	own              *service // set when this process started it
 	stateDir, socket string
+	bin, conf        string // to start it again (revive)
 	log              *slog.Logger
+
+	mu sync.Mutex // guards own (revive replaces it)
 }
 
 func serviceLockPaths(stateDir string) (lock, users string) {
@@ -230,7 +238,7 @@ func acquireService(ctx context.Context, podmanBin, socket, conf, stateDir strin
 				return nil, fmt.Errorf("podman service on %s: %w", socket, err)
 			}
 			log.Debug("using the podman service another berth process started", "socket", socket, "pid", pid)
-			return &sharedService{users: users, stateDir: stateDir, socket: socket, log: log}, nil
+			return &sharedService{users: users, stateDir: stateDir, socket: socket, bin: podmanBin, conf: conf, log: log}, nil
 		}
 	} else if pingOK(ctx, socket) {
 		log.Info("using existing podman service", "socket", socket)
@@ -249,7 +257,45 @@ func acquireService(ctx context.Context, podmanBin, socket, conf, stateDir strin
 		svc.stop()
 		return nil, fmt.Errorf("podman service on %s: %w", socket, err)
 	}
-	return &sharedService{users: users, own: svc, stateDir: stateDir, socket: socket, log: log}, nil
+	return &sharedService{users: users, own: svc, stateDir: stateDir, socket: socket, bin: podmanBin, conf: conf, log: log}, nil
+}
+
+// revive starts berth's service on the socket again when it no longer
+// answers (killed, crashed): containers live on in their conmon, but no
+// task could be started, stopped or removed without it. Under the
+// service lock, so that of the berth processes sharing it only the first
+// starts one; the others find it answering. The new service is this
+// process's to stop when it is the last user.
+func (s *sharedService) revive(ctx context.Context) error {
+	lockPath, _ := serviceLockPaths(s.stateDir)
+	lk, err := flock.Acquire(ctx, lockPath, flock.Options{Exclusive: true})
+	if err != nil {
+		return fmt.Errorf("podman service on %s: %w", s.socket, err)
+	}
+	defer lk.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pingOK(ctx, s.socket) {
+		return nil
+	}
+	pidFile := filepath.Join(s.stateDir, "service.pid")
+	if s.own != nil {
+		s.own.stop()
+		s.own = nil
+	} else {
+		reapStaleService(pidFile, s.socket, s.log)
+	}
+	bin, err := exec.LookPath(s.bin)
+	if err != nil {
+		return fmt.Errorf("podman service on %s is gone and there is no podman binary: %w", s.socket, err)
+	}
+	svc, err := startService(ctx, bin, s.socket, s.conf, s.stateDir, s.log)
+	if err != nil {
+		return err
+	}
+	s.log.Warn("the podman service had stopped answering; started it again", "socket", s.socket, "pid", svc.cmd.Process.Pid)
+	s.own = svc
+	return nil
 }
 
 // release lets go of the service, and stops it if no other berth process
@@ -269,8 +315,11 @@ func (s *sharedService) release(ctx context.Context) {
 		return // another berth process still uses it
 	}
 	defer last.Unlock()
-	if s.own != nil {
-		s.own.stop()
+	s.mu.Lock()
+	own := s.own
+	s.mu.Unlock()
+	if own != nil {
+		own.stop()
 		return
 	}
 	reapStaleService(filepath.Join(s.stateDir, "service.pid"), s.socket, s.log)
