@@ -410,8 +410,18 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 		}
 	}
 	t0 := time.Now()
-	if err := d.c.remove(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("removing container %s: %w", ref, err)
+	for attempt := 1; ; attempt++ {
+		err := d.c.remove(ctx, ref)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			break
+		}
+		// podman 4.3 refuses a forced removal of a container caught
+		// between its process's exit and podman's own cleanup ("could
+		// not be stopped: ... container state improper"): a moment later
+		// it is an ordinary stopped container.
+		if !strings.Contains(err.Error(), "state improper") || attempt == 20 || !sleepCtx(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("removing container %s: %w", ref, err)
+		}
 	}
 	// DELETE is synchronous in podman 4; this only guards against a
 	// service that answers before its state is committed.
@@ -456,4 +466,16 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// sleepCtx waits d, or less if ctx ends first (then it returns false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
