@@ -21,7 +21,8 @@ type Artifact struct {
 // DefaultArtifact is Nomad's defaults.
 func DefaultArtifact() *Artifact {
 	return &Artifact{
-		HTTPReadTimeout: artifact.DefaultHTTPReadTimeout.String(), HTTPMaxSize: "100GB",
+		// artifact.DefaultHTTPReadTimeout, written as Nomad writes it.
+		HTTPReadTimeout: "30m", HTTPMaxSize: "100GB",
 		DecompressionSizeLimit: "100GB", DecompressionFileCountLimit: artifact.DefaultDecompressionFileCountLimit,
 	}
 }
