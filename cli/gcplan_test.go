@@ -257,7 +257,7 @@ func TestReportGCPlanNomad(t *testing.T) {
 	if len(leaked) == 0 {
 		t.Skip("Nomad leaked no namespace this time")
 	}
-	args := []string{"--nomad", "--nomad-address", a.Addr, "--nomad-grace-period", "24h",
+	args := []string{"--nomad", "--nomad-address", a.Addr, "--nomad-data-dir", a.DataDir, "--nomad-grace-period", "24h",
 		"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins}
 	plan, _ := checkPlanDone(t, args, gc.KindNetns)
 	planned := map[string]bool{}
