@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The child's two stages, as arguments of the supervisor binary.
+// The child's two stages, as arguments of the fetcher binary (berth-fetch).
 const (
 	// StageCommand is the first: started by the runner as root, it builds
 	// the sandbox, drops to the task's user and execs the second.
@@ -28,11 +28,11 @@ const (
 	srcFD    = 6 // the local source's directory (O_PATH), /dev/null for a URL
 )
 
-// IsStage reports whether the supervisor binary was started as a fetch
-// child (its argv[1]).
+// IsStage reports whether the fetcher binary was started as a fetch child
+// (its argv[1]).
 func IsStage(arg string) bool { return arg == StageCommand || arg == sandboxed }
 
-// ChildMain is the fetch child's main (berth-supervisor fetch ALLOC TASK).
+// ChildMain is the fetch child's main (berth-fetch fetch ALLOC TASK).
 func ChildMain(args []string) int {
 	report := os.NewFile(reportFD, "report")
 	fail := func(err error) int {

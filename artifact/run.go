@@ -14,9 +14,26 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/berth/berth/driver/exec/supervisor"
+	"github.com/berth/berth/internal/helperbin"
 	"golang.org/x/sys/unix"
 )
+
+// Binary is the fetcher's program (cmd/berth-fetch), installed beside berth.
+const Binary = "berth-fetch"
+
+// PathEnv names the fetcher binary for processes that cannot be told
+// otherwise (tests, a berth run from a build directory).
+const PathEnv = "BERTH_FETCH"
+
+// ErrNoFetcher is returned when the berth-fetch binary is not found.
+var ErrNoFetcher = errors.New(Binary + " not found")
+
+// Find locates the fetcher binary: explicit, $BERTH_FETCH, beside the
+// running executable (an installed berth), then $PATH, as berth-supervisor
+// is found.
+func Find(explicit string) (string, error) {
+	return helperbin.Find(explicit, Binary, PathEnv, ErrNoFetcher)
+}
 
 // Request is one artifact to fetch, resolved by the runner.
 type Request struct {
@@ -25,7 +42,7 @@ type Request struct {
 	// directory (nil for a URL): both opened O_PATH by the runner, beneath
 	// the allocation directory.
 	DestDir, SrcDir *os.File
-	// Helper is the supervisor binary ("" finds it).
+	// Helper is the fetcher binary, berth-fetch ("" finds it: Find).
 	Helper string
 	// OnProgress is called once when the first bytes are in.
 	OnProgress func()
@@ -38,7 +55,7 @@ type Request struct {
 func Fetch(ctx context.Context, r Request) error {
 	s := r.Spec
 	s.Limits = s.Limits.orDefault()
-	helper, err := supervisor.Find(r.Helper)
+	helper, err := Find(r.Helper)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrArtifact, err)
 	}
@@ -69,7 +86,7 @@ func Fetch(ctx context.Context, r Request) error {
 	ctx, cancel := context.WithTimeout(ctx, s.Limits.HTTPReadTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, helper, StageCommand, s.AllocID, s.Task)
-	cmd.Args[0] = supervisor.Binary
+	cmd.Args[0] = Binary
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{specFile, repW, r.DestDir, src}

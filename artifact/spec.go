@@ -1,6 +1,6 @@
 // Package artifact fetches a task's artifacts as Nomad's go-getter does
 // for local files and http(s), in a sandbox: the fetch runs in a child
-// process (berth-supervisor fetch) as the task's user, with no
+// process (berth-fetch, cmd/berth-fetch) as the task's user, with no
 // capabilities, confined by Landlock where the kernel has it to reading
 // its source and writing its destination, within size, file-count and
 // time limits, and killed when the allocation stops or the agent dies.

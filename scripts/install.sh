@@ -3,6 +3,7 @@
 #
 #   $PREFIX/bin/berth                                  the binary, version and commit stamped in
 #   $PREFIX/bin/berth-supervisor                       the per-task supervisor of raw_exec and exec
+#   $PREFIX/bin/berth-fetch                            the sandboxed artifact fetcher
 #   /usr/share/bash-completion/completions/berth       bash completion (bash-completion loads it)
 #   /usr/share/zsh/vendor-completions/_berth           zsh completion (Debian's zsh fpath)
 #   /etc/systemd/system/berth.service                  the unit (installed, not enabled)
@@ -72,6 +73,10 @@ put "$tmp/berth" "$DESTDIR$PREFIX/bin/berth" 0755
 # The raw_exec/exec drivers' per-task supervisor: berth finds it beside itself.
 (cd "$root" && go build -trimpath -o "$tmp/berth-supervisor" ./cmd/berth-supervisor)
 put "$tmp/berth-supervisor" "$DESTDIR$PREFIX/bin/berth-supervisor" 0755
+# The artifact fetcher, a binary of its own so that the supervisor, resident
+# once per task, links no HTTP, TLS or archive code; found the same way.
+(cd "$root" && go build -trimpath -o "$tmp/berth-fetch" ./cmd/berth-fetch)
+put "$tmp/berth-fetch" "$DESTDIR$PREFIX/bin/berth-fetch" 0755
 
 "$tmp/berth" completion bash >"$tmp/berth.bash"
 "$tmp/berth" completion zsh >"$tmp/_berth"

@@ -5,6 +5,7 @@ package scripts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,7 +82,8 @@ func TestInstallUninstall(t *testing.T) {
 	unit := filepath.Join(dest, "etc/systemd/system/berth.service")
 	conf := filepath.Join(dest, "etc/berth/berth.hcl")
 	supervisor := filepath.Join(dest, "usr/local/bin/berth-supervisor")
-	installed := []string{bin, supervisor, bashComp, zshComp, unit, conf}
+	fetcher := filepath.Join(dest, "usr/local/bin/berth-fetch")
+	installed := []string{bin, supervisor, fetcher, bashComp, zshComp, unit, conf}
 
 	t.Run("version", func(t *testing.T) {
 		out, err := exec.Command(bin, "version", "--json").Output()
@@ -139,6 +141,16 @@ func TestInstallUninstall(t *testing.T) {
 		}
 	})
 
+	// The fetcher is its own program (not the supervisor): run by hand it
+	// says what it is for and fails.
+	t.Run("fetcher", func(t *testing.T) {
+		out, err := exec.Command(fetcher).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "berth-fetch is started by berth") {
+			t.Errorf("%s without arguments: %v\n%s", fetcher, err, out)
+		}
+	})
+
 	t.Run("idempotent", func(t *testing.T) {
 		before := mtimes(t, installed)
 		out := runScript(t, "install.sh", env...)
@@ -159,7 +171,7 @@ func TestInstallUninstall(t *testing.T) {
 	testenv.Must(t, os.WriteFile(filepath.Join(plugins, ".berth-cni-version"), []byte("v1.10.0\n"), 0o644))
 
 	out := runScript(t, "uninstall.sh", env...)
-	for _, p := range []string{bin, bashComp, zshComp, unit, shipped, plugins} {
+	for _, p := range []string{bin, supervisor, fetcher, bashComp, zshComp, unit, shipped, plugins} {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("uninstall left %s\n%s", p, out)
 		}

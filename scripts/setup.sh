@@ -17,7 +17,7 @@
 #   - Nomad v1.6.5 (MPL-2.0) for the Nomad tests, from ../shared/tools/nomad
 #     next to the checkout when that is there (its install.sh verifies the
 #     checksum and does nothing when the binary is in place);
-#   - berth itself and berth-supervisor, built from this checkout (scripts/install.sh): the
+#   - berth itself, berth-supervisor and berth-fetch, built from this checkout (scripts/install.sh): the
 #     binary in /usr/local/bin, bash and zsh completions, the systemd unit
 #     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
 set -euo pipefail

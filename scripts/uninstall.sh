@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Removes what scripts/setup.sh installed for berth, and says what it kept:
 #
-#   removed: $PREFIX/bin/berth and berth-supervisor, the bash and zsh completions, the systemd unit
+#   removed: $PREFIX/bin/berth, berth-supervisor and berth-fetch, the bash and zsh completions, the systemd unit
 #            (disabled first when systemd runs), /etc/berth/berth.hcl when it is
 #            still the shipped example;
 #   removed only when berth's store is gone (no attachment can need them
@@ -71,6 +71,7 @@ if [ -e "$unit" ]; then
 fi
 rm_file "$bin"
 rm_file "$DESTDIR$PREFIX/bin/berth-supervisor"
+rm_file "$DESTDIR$PREFIX/bin/berth-fetch"
 rm_file "$DESTDIR/usr/share/bash-completion/completions/berth"
 rm_file "$DESTDIR/usr/share/zsh/vendor-completions/_berth"
 rm_if_shipped "$DESTDIR/etc/berth/berth.hcl" "$root/examples/agent/berth.hcl"

@@ -10,33 +10,49 @@ import (
 	"testing"
 )
 
-// supervisorEnv is driver/exec.SupervisorEnv (not imported: the driver's
-// tests use this package).
-const supervisorEnv = "BERTH_SUPERVISOR"
+// helperBinaries are berth's helper programs that the tests build from
+// this checkout, with the variable that names each (supervisor.PathEnv,
+// artifact.PathEnv: not imported, their tests use this package).
+var helperBinaries = []struct{ pkg, env string }{
+	{"github.com/berth/berth/cmd/berth-supervisor", "BERTH_SUPERVISOR"},
+	{"github.com/berth/berth/cmd/berth-fetch", "BERTH_FETCH"},
+}
 
 // BuildSupervisor builds cmd/berth-supervisor, the per-task supervisor of
-// the raw_exec and exec drivers, into a temporary directory and points
-// $BERTH_SUPERVISOR at it, so that every driver of the test binary, and
-// every berth binary it starts, runs the supervisor of this checkout. It
-// does nothing when $BERTH_SUPERVISOR is set already. LeakCheckMain calls
-// it; call the returned cleanup after the tests.
+// the raw_exec and exec drivers, and cmd/berth-fetch, the artifact
+// fetcher, into a temporary directory and points $BERTH_SUPERVISOR and
+// $BERTH_FETCH at them, so that every driver and runner of the test
+// binary, and every berth binary it starts, runs the helpers of this
+// checkout. It leaves alone a helper whose variable is set already.
+// LeakCheckMain calls it; call the returned cleanup after the tests.
 func BuildSupervisor() (cleanup func(), err error) {
-	if os.Getenv(supervisorEnv) != "" {
+	var pkgs, envs []string
+	for _, h := range helperBinaries {
+		if os.Getenv(h.env) == "" {
+			pkgs = append(pkgs, h.pkg)
+			envs = append(envs, h.env)
+		}
+	}
+	if len(pkgs) == 0 {
 		return func() {}, nil
 	}
-	dir, err := os.MkdirTemp("", "berth-supervisor-")
+	dir, err := os.MkdirTemp("", "berth-helpers-")
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(dir, "berth-supervisor")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/cmd/berth-supervisor")
+	// One go build for both: a directory as -o takes each command's name.
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build ./cmd/berth-supervisor: %v\n%s", err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, strings.TrimSpace(string(out)))
 	}
-	os.Setenv(supervisorEnv, bin)
+	for i, p := range pkgs {
+		os.Setenv(envs[i], filepath.Join(dir, filepath.Base(p)))
+	}
 	return func() {
-		os.Unsetenv(supervisorEnv)
+		for _, e := range envs {
+			os.Unsetenv(e)
+		}
 		os.RemoveAll(dir)
 	}, nil
 }

@@ -2,11 +2,8 @@ package supervisor
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"github.com/berth/berth/internal/helperbin"
 )
 
 // PathEnv names the supervisor binary for processes that cannot be told
@@ -18,44 +15,9 @@ var ErrNotFound = errors.New(Binary + " not found")
 
 // Find locates the supervisor binary: explicit, $BERTH_SUPERVISOR, beside
 // the running executable (an installed berth), then $PATH. The drivers
-// run tasks with it and the runner fetches artifacts with it.
+// run tasks with it; artifacts are fetched by another binary
+// (berth-fetch, package artifact), so that this one, resident once per
+// task, links no HTTP, TLS or archive code.
 func Find(explicit string) (string, error) {
-	var tried []string
-	try := func(p string) bool {
-		if p == "" {
-			return false
-		}
-		tried = append(tried, p)
-		return checkExecutable(p) == nil
-	}
-	if try(explicit) {
-		return explicit, nil
-	}
-	if p := os.Getenv(PathEnv); try(p) {
-		return p, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		if p := filepath.Join(filepath.Dir(exe), Binary); try(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath(Binary); err == nil && try(p) {
-		return p, nil
-	}
-	return "", fmt.Errorf("%w (looked at %s and in $PATH): install it with scripts/install.sh, or build it with `go build ./cmd/%s` and set %s",
-		ErrNotFound, strings.Join(tried, ", "), Binary, PathEnv)
-}
-
-func checkExecutable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return fmt.Errorf("%s is a directory", p)
-	}
-	if fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not executable: %w", p, os.ErrPermission)
-	}
-	return nil
+	return helperbin.Find(explicit, Binary, PathEnv, ErrNotFound)
 }
