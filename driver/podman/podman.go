@@ -407,8 +407,18 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 		}
 	}
 	t0 := time.Now()
-	if err := d.c.remove(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("removing container %s: %w", ref, err)
+	for attempt := 0; ; attempt++ {
+		err := d.c.remove(ctx, ref)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			break
+		}
+		// A container that stops by itself while the forced removal
+		// kills it makes podman answer "container state improper"
+		// (seen under chaos: a start cut short by a stop); it is
+		// removable a moment later.
+		if attempt >= 10 || !strings.Contains(err.Error(), "container state improper") || !sleepCtx(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("removing container %s: %w", ref, err)
+		}
 	}
 	// DELETE is synchronous in podman 4; this only guards against a
 	// service that answers before its state is committed.
@@ -453,4 +463,17 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// sleepCtx waits d, or less when ctx ends first; it reports whether d
+// passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
