@@ -3,12 +3,16 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/driver"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/testenv"
 )
@@ -31,6 +35,9 @@ const (
 	stopPath
 	// drainPath: the agent dies draining (berth agent drain).
 	drainPath
+	// finishedPath: the agent dies tearing down an allocation whose batch
+	// task has run to its end (before the DEL, or half-way through it).
+	finishedPath
 )
 
 // crashSchedule is every crash point of the restore and stop paths.
@@ -59,6 +66,43 @@ var crashSchedule = []struct {
 	{fault.AfterRecordTerminal, stopPath},
 	{fault.DrainRequested, drainPath},
 	{fault.DrainStopped, drainPath},
+	{fault.AfterTasksDone, finishedPath},
+	{fault.MidDelPrefix + "portmap", finishedPath},
+}
+
+// twiceJob is a one-task batch job in the test network whose task counts
+// its runs in a file of its task dir (local/: an exec task's user may
+// write there) and exits 0 at once (as the README's seed job does).
+func twiceJob(driver string) string {
+	config := `
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo run >> ${NOMAD_TASK_DIR}/runs; exit 0"]
+      }`
+	if driver == "podman" {
+		config = `
+      config {
+        image   = "localhost/busybox:latest"
+        command = "/bin/sh"
+        args    = ["-c", "echo run >> /local/runs; exit 0"]
+      }`
+	}
+	return `job "bcs-twice" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    network {
+      mode = "cni/private"
+    }
+    task "t" {
+      driver = "` + driver + `"` + config + `
+    }
+  }
+}
+`
 }
 
 // crashJob is a one-task service with a port and a native service, in
@@ -184,6 +228,46 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath) {
 			t.Errorf("the job stop did not survive the agent's death at %s: the next agent runs it again: %+v", point, allocsOf(t, c, job))
 		}
 		e.stopAndDrain(t, c, p, opts.jobs, before)
+
+	case finishedPath:
+		// The task ran to its end: the next agent tears the allocation
+		// down (no CHECK of the half-removed network, no heal) and records
+		// it complete; the task never runs again.
+		const batch = "bcs-twice"
+		pa := e.startArmed(t, cfgPath, c, point, true)
+		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, twiceJob(drv))), "twice.hcl")
+		testenv.Must(t, err)
+		diedAt(t, pa, point)
+		p := e.startBinary(t, cfgPath, c)
+		var l []api.AllocStub
+		waitUntil(time.Minute, func() bool {
+			l = allocsOf(t, c, batch)
+			return len(l) == 1 && l[0].Status == api.AllocComplete
+		})
+		if len(l) != 1 || l[0].Status != api.AllocComplete {
+			t.Fatalf("the finished batch allocation is not recorded complete after the restart: %+v", l)
+		}
+		a, err := c.Allocation(context.Background(), l[0].ID)
+		testenv.Must(t, err)
+		for _, ev := range a.Events {
+			switch ev.Type {
+			case "Network Checked", "Network Check Failed", "Network Healed", "Not Re-attached":
+				t.Errorf("the finished allocation was resumed, not torn down: event %s: %s", ev.Type, ev.Message)
+			}
+		}
+		// An exec task (user nobody, its own root) cannot write where the
+		// test reads: its one run is proven by the events above.
+		if drv != "exec" {
+			b, err := os.ReadFile(filepath.Join(driver.TaskDir(filepath.Join(e.cfg.DataDir, "alloc", a.ID), "t"), "local", "runs"))
+			if err != nil {
+				t.Fatalf("the batch task's runs file: %v", err)
+			}
+			if n := strings.Count(string(b), "run"); n != 1 {
+				t.Errorf("the batch task ran %d times, want 1; events: %+v", n, a.Events)
+			}
+		}
+		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batch}}, time.Minute)
+		e.stopAndDrain(t, c, p, []string{batch}, before)
 
 	case drainPath:
 		pa := e.startArmed(t, cfgPath, c, point, true)

@@ -123,7 +123,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	}
 	ran := false
 	for _, t := range a.alloc.Tasks {
-		if t.Handle != nil || t.State == "dead" {
+		if t.Handle != nil || t.State == "dead" || t.Exited {
 			ran = true
 		}
 	}
@@ -132,6 +132,12 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 		// Stopped by the operator while an earlier agent ran it: the
 		// stop is finished, not the allocation resumed.
 		return r.stopAdopted(ctx, a, "the stop an earlier agent was asked ("+rec.StopRequested+") is finished"), true
+	}
+	if a.tasksEnded() {
+		// The last agent died tearing it down (its tasks had run to
+		// their end): only the teardown is left. No CHECK, no heal of a
+		// half-removed network, no task started.
+		return r.finishEnded(ctx, a), false
 	}
 	if !ran {
 		// Nothing recorded as started (queued, its network just made, or
@@ -384,6 +390,12 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 		ts := a.alloc.Tasks[i]
 		a.mu.Unlock()
 		if ts.Handle == nil {
+			if a.taskEnded(i) {
+				// Its end was recorded and the driver let go of it: it
+				// stays ended, not started again.
+				a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+				continue
+			}
 			if ts.State == "running" {
 				a.setTask(i, func(ts *store.TaskState) { ts.State = "pending" })
 			}
@@ -558,4 +570,56 @@ func (a *allocRun) stopRecorded(ctx context.Context, why string) {
 		a.alloc.Tasks[i].State, a.alloc.Tasks[i].Handle = "dead", nil
 	}
 	a.event("Killed", "not re-adopted: "+why)
+}
+
+// taskEnded reports whether the record of task i says it has run to its
+// end: dead, or its exit recorded as one that ends it for good (a
+// successful exit of a task that runs to completion).
+func (a *allocRun) taskEnded(i int) bool {
+	a.mu.Lock()
+	ts := a.alloc.Tasks[i]
+	a.mu.Unlock()
+	if ts.State == "dead" {
+		return true
+	}
+	return ts.Exited && ts.ExitCode == 0 && ts.Signal == 0 && i < len(a.group.Tasks) && a.completes(a.group.Tasks[i])
+}
+
+// tasksEnded reports whether every task of a re-adopted allocation has
+// run to its end: then an earlier agent was tearing it down when it died.
+func (a *allocRun) tasksEnded() bool {
+	for i := range a.alloc.Tasks {
+		if !a.taskEnded(i) {
+			return false
+		}
+	}
+	return len(a.alloc.Tasks) > 0
+}
+
+// finishEnded ends a re-adopted allocation whose tasks have all run to
+// their end: what the drivers still hold of them is removed from the
+// recorded handles, the network torn down from what the CNI cache holds
+// (DEL, remove), and the allocation recorded terminal with the exits its
+// record has.
+func (r *Runner) finishEnded(ctx context.Context, a *allocRun) *store.Allocation {
+	ctx = context.WithoutCancel(ctx)
+	a.log.Info("re-adopting an allocation whose tasks had ended: tearing it down")
+	for i := range a.alloc.Tasks {
+		a.mu.Lock()
+		ts := a.alloc.Tasks[i]
+		a.mu.Unlock()
+		if ts.Handle != nil {
+			if drv, err := r.o.Drivers.Get(ctx, ts.Driver); err == nil {
+				if err := drv.Cleanup(ctx, *ts.Handle); err != nil {
+					a.log.Warn("could not remove what is left of an ended task", "task", ts.Name, "err", err)
+				}
+			}
+		}
+		if ts.Exited && ts.State != "dead" {
+			a.restoreEvent(EventExitRecorded, fmt.Sprintf("task %s had exited (code %d) before the last agent died; its exit is kept, not run again", ts.Name, ts.ExitCode))
+		}
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle = "dead", nil })
+	}
+	a.finish(ctx, nil, true)
+	return a.snapshot()
 }

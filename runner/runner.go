@@ -458,6 +458,7 @@ func (a *allocRun) runAndFinish(ctx context.Context, netns string, hasNetwork bo
 		return
 	}
 	a.r.log.Debug("alloc tasks done", "alloc_id", a.alloc.ID, "ms", time.Since(start).Milliseconds())
+	fault.Point(fault.AfterTasksDone)
 	a.finish(ctx, err, hasNetwork)
 }
 

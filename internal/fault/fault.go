@@ -20,6 +20,7 @@ const (
 	AfterIntent      = "after-intent"       // attachment recorded, nothing created
 	AfterNetns       = "after-netns"        // namespace created, ADD not sent
 	MidChainPrefix   = "before-plugin-add:" // + plugin type: ADD of earlier plugins done
+	MidDelPrefix     = "before-plugin-del:" // + plugin type: DEL of the plugins after it in the chain done
 	AfterAdd         = "after-add"          // ADD done, phase not yet ready
 	TaskRunning      = "task-running"       // a task of the allocation is running
 	AfterDel         = "after-del"          // DEL done, namespace still there
@@ -58,7 +59,10 @@ const (
 	// Its exit recorded, the task not destroyed.
 	TaskExitRecorded = "task-exit-recorded"
 	// The task destroyed (driver holds nothing), its exit not recorded.
-	TaskDestroyed        = "task-destroyed"
+	TaskDestroyed = "task-destroyed"
+	// Every task of the allocation ended and destroyed (a job that ran to
+	// completion, or its main tasks dead), the network not torn down.
+	AfterTasksDone       = "after-tasks-done"
 	BeforeRecordTerminal = "before-record-terminal" // tasks gone, network torn down, allocation not yet terminal
 	AfterRecordTerminal  = "after-record-terminal"  // allocation recorded terminal, the job's end not recorded
 	DrainRequested       = "drain-requested"        // drain received, nothing stopped
