@@ -307,7 +307,6 @@ func (a *allocRun) resume(ctx context.Context) {
 	handles := a.recoverTasks(ctx, found)
 	netns := ""
 	if a.hasNetwork() {
-		netns = a.alloc.Network.NetnsPath
 		heals := a.heals()
 		path, err := a.checkNetwork(ctx, handles)
 		if err != nil {
