@@ -140,6 +140,19 @@ func TestSvcTemplateChangeModes(t *testing.T) {
       port     = "http"
       provider = "nomad"
     }
+    # The service appears (and the client's templates re-render) only
+    # once the client's tasks have had time to set their traps: a SIGHUP
+    # before sh's trap would end the task instead.
+    task "later" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      config {
+        command = "/bin/sleep"
+        args    = ["1"]
+      }
+    }
     task "w" {
       driver = "raw_exec"
       config {
