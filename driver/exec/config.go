@@ -3,6 +3,7 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"github.com/berth/berth/internal/helperbin"
 	"os"
 	"path/filepath"
 	"slices"
@@ -241,7 +242,7 @@ func lookPath(command, pathEnv, workDir string, inRoot func(string) string) (str
 		if !filepath.IsAbs(p) && workDir != "" {
 			p = filepath.Join(workDir, p)
 		}
-		if err := checkExecutable(host(p)); err != nil {
+		if err := helperbin.CheckExecutable(host(p)); err != nil {
 			return "", fmt.Errorf("config.command %q: %w", command, err)
 		}
 		return p, nil
@@ -252,7 +253,7 @@ func lookPath(command, pathEnv, workDir string, inRoot func(string) string) (str
 			continue
 		}
 		p := filepath.Join(dir, command)
-		if checkExecutable(host(p)) == nil {
+		if helperbin.CheckExecutable(host(p)) == nil {
 			return p, nil
 		}
 	}
@@ -261,18 +262,4 @@ func lookPath(command, pathEnv, workDir string, inRoot func(string) string) (str
 		where = "the task's root (chroot_env), task PATH"
 	}
 	return "", fmt.Errorf("config.command %q not found in %s %q: %w", command, where, pathEnv, os.ErrNotExist)
-}
-
-func checkExecutable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return fmt.Errorf("%s is a directory", p)
-	}
-	if fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not executable: %w", p, os.ErrPermission)
-	}
-	return nil
 }

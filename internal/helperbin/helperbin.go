@@ -21,7 +21,7 @@ func Find(explicit, binary, env string, notFound error) (string, error) {
 			return false
 		}
 		tried = append(tried, p)
-		return checkExecutable(p) == nil
+		return CheckExecutable(p) == nil
 	}
 	if try(explicit) {
 		return explicit, nil
@@ -41,7 +41,9 @@ func Find(explicit, binary, env string, notFound error) (string, error) {
 		notFound, strings.Join(tried, ", "), binary, env)
 }
 
-func checkExecutable(p string) error {
+// CheckExecutable says why p cannot be executed (missing, a directory,
+// no execute bit), or nil.
+func CheckExecutable(p string) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return err
