@@ -838,8 +838,13 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	h, err := drv.Start(ctx, dt)
 	a.timing("task_start", time.Since(start))
 	if err != nil {
+		why := "start failed: " + err.Error()
+		if ctx.Err() != nil {
+			// The start was cut short by a stop, not by the task.
+			why = "stopped while starting"
+		}
 		a.setTask(i, func(ts *store.TaskState) {
-			ts.State, ts.ExitCode, ts.NotStarted = "dead", -1, "start failed: "+err.Error()
+			ts.State, ts.ExitCode, ts.NotStarted = "dead", -1, why
 		})
 		return nil, err
 	}

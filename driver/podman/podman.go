@@ -221,6 +221,11 @@ func (d *Driver) copyStatePath(name string) string {
 	return filepath.Join(d.stateDir, "logs", name+".copy")
 }
 
+// createTimeout bounds a container create that runs on past its caller's
+// context: long enough for podman under load, short enough that a hung
+// service does not hold a stop for long (abandon then removes by name).
+const createTimeout = time.Minute
+
 // Start implements driver.Driver.
 func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, error) {
 	tc, err := ParseConfig(t.Config)
@@ -234,14 +239,21 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	rawLog, pidFile := d.rawLogPath(name), d.conmonPidPath(name)
 	spec := d.spec(t, tc, name, rawLog, pidFile)
 
-	id, err := d.c.create(ctx, spec)
+	// A create cut off by ctx (a stop during start) still completes inside
+	// podman after berth stopped listening, leaving a container that
+	// nothing removes: it was seen under load. So the create runs to its
+	// answer on a context of its own, and ctx is honoured just after it,
+	// by start failing and abandon removing the container by its ID.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	id, err := d.c.create(cctx, spec)
 	if errors.Is(err, ErrNameInUse) {
 		// Left by an earlier run of this very task (same alloc and task)
 		// that was not destroyed; anything else is not ours to remove.
 		if rerr := d.replaceStale(ctx, name, t.AllocID); rerr != nil {
 			return nil, fmt.Errorf("podman: creating container %s: %w (and removing the old one: %w)", name, err, rerr)
 		}
-		id, err = d.c.create(ctx, spec)
+		id, err = d.c.create(cctx, spec)
 	}
 	if errors.Is(err, ErrImageNotFound) {
 		return nil, fmt.Errorf("podman: task %q of alloc %s: image %q is not in local storage; %s: %w",

@@ -514,6 +514,37 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 	}
 }
 
+// A stop that lands while Start talks to podman (the seed job's stop under
+// load) must leave no container, whichever request it cuts short: a
+// create that podman finishes after berth stopped listening once left a
+// "created" container nothing removed.
+func TestStartCutShortLeavesNothing(t *testing.T) {
+	requirePodman(t)
+	d := newDriver(t, t.TempDir())
+	for _, after := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			task := testTask(t, map[string]any{"image": testImage, "command": "/bin/sleep", "args": []string{"30"}})
+			ctx, cancel := context.WithTimeout(context.Background(), after)
+			defer cancel()
+			h, err := d.Start(ctx, task)
+			if err == nil {
+				// Started before the stop: stopping it is the caller's
+				// part, as the runner does.
+				destroy(t, h)
+			}
+			// What podman still had in hand when Start returned shows up
+			// within a moment, if it was going to.
+			time.Sleep(time.Second)
+			if got := podmanNames(t, ContainerName(task.AllocID, task.TaskName)); got != "" {
+				t.Errorf("Start cut short after %s (err %v) left %q", after, err, got)
+			}
+			if holders := netnsHolders(t, task.NetnsPath); len(holders) > 0 {
+				t.Errorf("Start cut short after %s left holders of the namespace: %v", after, holders)
+			}
+		})
+	}
+}
+
 func processGone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
