@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -68,9 +69,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // namespaces (Nomad logs "failed to unmount NS ... device or resource
 // busy" for each), the janitor (nomad.Run, as `berth agent` with a nomad
 // block runs it) follows the event stream, waits for Nomad's teardown and
-// removes what it leaked. It reports, over at least NOMAD_LEAKS (100)
-// leaked allocations:
+// removes what it leaked. It runs until at least NOMAD_ALLOCS (100)
+// allocations of the jobs have ended and at least NOMAD_LEAKS (1) of
+// them leaked and were reclaimed (or NOMAD_BENCH_MINUTES, 12, have
+// passed), stops the jobs, waits for their last teardowns and reports:
 //
+//   - allocations run (terminal), EBUSY leaks of Nomad's and how many of
+//     them are gone;
 //   - the leak lifetime: from Nomad's logged failed unmount to the
 //     namespace gone (polled every 5 ms), p50 and p99;
 //   - the Nomad errors berth caused: Nomad's unmount failures that are
@@ -82,7 +87,8 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func BenchmarkReclaimLatency(b *testing.B) {
 	testenv.RequireRoot(b)
 	testenv.RequirePlugins(b, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
-	want := envInt("NOMAD_LEAKS", 100)
+	wantAllocs := envInt("NOMAD_ALLOCS", 100)
+	wantLeaks := envInt("NOMAD_LEAKS", 1)
 	net, confs := network("10.199.218.0/24")
 	a := nomadtest.Start(b, nomadtest.Options{Networks: confs})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -103,7 +109,7 @@ func BenchmarkReclaimLatency(b *testing.B) {
 	go func() {
 		for batch := range events {
 			for _, ev := range batch.Events {
-				if ev.Alloc.Terminal() {
+				if ev.Alloc.Terminal() && strings.HasPrefix(ev.Alloc.JobID, "tick-") {
 					mu.Lock()
 					if _, ok := terminal[ev.Alloc.ID]; !ok {
 						terminal[ev.Alloc.ID] = ev.Alloc.Modified()
@@ -125,6 +131,25 @@ func BenchmarkReclaimLatency(b *testing.B) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
+	// count is what the run has reached so far: allocations ended, EBUSY
+	// leaks (one per allocation) and those of them gone.
+	count := func() (ended, leaks, reclaimed int) {
+		fails := unmountFailures(a.Log())
+		mu.Lock()
+		defer mu.Unlock()
+		seen := map[string]bool{}
+		for _, f := range fails {
+			if !f.busy || seen[f.alloc] {
+				continue
+			}
+			seen[f.alloc] = true
+			leaks++
+			if _, ok := gone[f.alloc]; ok {
+				reclaimed++
+			}
+		}
+		return len(terminal), leaks, reclaimed
+	}
 
 	b.ResetTimer()
 	// The seed's job, every second (NOMAD_JOBS of them, default 1: more
@@ -146,19 +171,12 @@ func BenchmarkReclaimLatency(b *testing.B) {
 	limit := time.Duration(envInt("NOMAD_BENCH_MINUTES", 12)) * time.Minute
 	deadline := time.Now().Add(limit)
 	for {
-		done := 0
-		mu.Lock()
-		for _, f := range unmountFailures(a.Log()) {
-			if _, ok := gone[f.alloc]; ok && f.busy {
-				done++
-			}
-		}
-		mu.Unlock()
-		if done >= want {
+		ended, _, reclaimed := count()
+		if ended >= wantAllocs && reclaimed >= wantLeaks {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Errorf("only %d of %d leaked namespaces reclaimed after %s (reported below)", done, want, limit)
+			b.Errorf("after %s: %d of %d allocations ended, %d of %d leaks reclaimed (reported below)", limit, ended, wantAllocs, reclaimed, wantLeaks)
 			break
 		}
 		time.Sleep(time.Second)
@@ -167,14 +185,35 @@ func BenchmarkReclaimLatency(b *testing.B) {
 	for _, j := range jobs {
 		_, _ = a.Nomad("job", "stop", "-detach", j)
 	}
-	// The last teardowns: a leak found later still counts.
-	time.Sleep(5 * time.Second)
+	// The last allocations end and are torn down: a leak found later
+	// still counts, and every one must go.
+	settleBy := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(settleBy) {
+		running := 0
+		for _, j := range jobs {
+			for _, al := range a.JobAllocs(b, j+"/") {
+				if !al.Terminal() {
+					running++
+				}
+			}
+		}
+		_, leaks, reclaimed := count()
+		mu.Lock()
+		left := len(terminal) - len(gone)
+		mu.Unlock()
+		if running == 0 && left == 0 && reclaimed == leaks {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 
+	fails := unmountFailures(a.Log())
 	mu.Lock()
 	var life, lk, all []time.Duration
-	busy, other, left := 0, 0, 0
+	leaks, other := 0, 0
+	var left []string
 	seen := map[string]bool{}
-	for _, f := range unmountFailures(a.Log()) {
+	for _, f := range fails {
 		if !f.busy {
 			other++
 			if other <= 3 {
@@ -182,29 +221,39 @@ func BenchmarkReclaimLatency(b *testing.B) {
 			}
 			continue
 		}
-		busy++
 		if seen[f.alloc] {
 			continue
 		}
 		seen[f.alloc] = true
+		leaks++
 		g, ok := gone[f.alloc]
 		if !ok {
-			left++
+			left = append(left, f.alloc)
 			continue
 		}
 		life = append(life, g.Sub(f.at))
-		lk = append(lk, g.Sub(terminal[f.alloc]))
+		if t, ok := terminal[f.alloc]; ok {
+			lk = append(lk, g.Sub(t))
+		}
 	}
 	for id, g := range gone {
 		all = append(all, g.Sub(terminal[id]))
 	}
+	ended, torn := len(terminal), len(gone)
 	mu.Unlock()
-	b.ReportMetric(float64(len(all)), "allocs")
-	b.ReportMetric(float64(busy), "ebusy-leaks")
+	if len(left) > 0 {
+		b.Errorf("%d of %d EBUSY leaks not reclaimed: %v", len(left), leaks, left)
+	}
+	if other > 0 {
+		b.Errorf("%d Nomad errors caused by berth", other)
+	}
+	b.ReportMetric(float64(ended), "allocs")
+	b.ReportMetric(float64(leaks), "ebusy-leaks")
+	b.ReportMetric(float64(len(life)), "leaks-reclaimed")
 	b.ReportMetric(float64(other), "nomad-errors-by-berth")
 	b.ReportMetric(percentile(life, .5).Seconds()*1000, "leak-p50-ms")
 	b.ReportMetric(percentile(life, .99).Seconds()*1000, "leak-p99-ms")
-	b.Logf("%d terminal allocations; Nomad's unmount failures: %d EBUSY (its leak), %d other (errors berth caused); %d leaks not reclaimed", len(all), busy, other, left)
+	b.Logf("%d allocations ended (%d namespaces gone); Nomad's unmount failures: %d EBUSY leaks (its own), %d reclaimed, %d other (errors berth caused)", ended, torn, leaks, len(life), other)
 	b.Logf("leak lifetime (Nomad's failed unmount -> namespace gone), %d leaks: p50 %v p99 %v max %v", len(life), percentile(life, .5), percentile(life, .99), percentile(life, 1))
 	b.Logf("terminal -> namespace gone: leaks p50 %v p99 %v; all p50 %v p99 %v", percentile(lk, .5), percentile(lk, .99), percentile(all, .5), percentile(all, .99))
 	rec.mu.Lock()
