@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"github.com/berth/berth/internal/proc"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -383,7 +384,7 @@ func TestUnescapeOctal(t *testing.T) {
 // TestProcSelf reads this process's own entries: no root needed.
 func TestProcSelf(t *testing.T) {
 	self := os.Getpid()
-	pids, err := PIDs()
+	pids, err := proc.PIDs()
 	if err != nil {
 		t.Fatal(err)
 	}

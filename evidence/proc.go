@@ -10,21 +10,6 @@ import (
 // The /proc entries that say who keeps a namespace busy or alive (see
 // netns.Holders): a process's namespaces, its open fds and its mounts.
 
-// PIDs lists the processes in /proc at the time of reading.
-func PIDs() ([]int, error) {
-	des, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("read /proc: %w", err)
-	}
-	pids := make([]int, 0, len(des))
-	for _, de := range des {
-		if pid, err := strconv.Atoi(de.Name()); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
 func procPath(pid int, rest string) string { return "/proc/" + strconv.Itoa(pid) + "/" + rest }
 
 // Namespace is the link /proc/<pid>/ns/<kind> points to, such as

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/internal/proc"
 )
 
 // HolderKind says how a process keeps a namespace busy or alive.
@@ -70,7 +71,7 @@ func HoldersOfInode(ctx context.Context, ino uint64, pinPath string) ([]Holder, 
 	want := evidence.NetnsLink(ino)
 	selfMnt, _ := evidence.Namespace(os.Getpid(), "mnt")
 
-	pids, err := evidence.PIDs()
+	pids, err := proc.PIDs()
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +121,7 @@ func HoldersOfInode(ctx context.Context, ino uint64, pinPath string) ([]Holder, 
 // namespaces asks it once instead of scanning /proc for each. Processes
 // that exit while it reads are left out.
 func Members(ctx context.Context) (map[uint64][]Holder, error) {
-	pids, err := evidence.PIDs()
+	pids, err := proc.PIDs()
 	if err != nil {
 		return nil, err
 	}

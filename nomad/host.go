@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/internal/proc"
 )
 
 // ClientHost is what this host says of its Nomad client, read from the
@@ -139,7 +140,7 @@ func holderOf(ctx context.Context, path string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("nomad client state: %w", err)
 	}
-	pids, err := evidence.PIDs()
+	pids, err := proc.PIDs()
 	if err != nil {
 		return 0, err
 	}

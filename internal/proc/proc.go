@@ -18,8 +18,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/berth/berth/evidence"
 )
 
 var (
@@ -199,7 +197,7 @@ func killCheckedRacy(pid int, startTime uint64, sig syscall.Signal) error {
 // pgid, the leader included if it is alive. It scans /proc, so its result is
 // a snapshot.
 func GroupMembers(ctx context.Context, pgid int) ([]Stat, error) {
-	pids, err := evidence.PIDs()
+	pids, err := PIDs()
 	if err != nil {
 		return nil, fmt.Errorf("list process group %d: %w", pgid, err)
 	}
@@ -217,4 +215,19 @@ func GroupMembers(ctx context.Context, pgid int) ([]Stat, error) {
 		}
 	}
 	return out, nil
+}
+
+// PIDs lists the processes in /proc at the time of reading.
+func PIDs() ([]int, error) {
+	des, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc: %w", err)
+	}
+	pids := make([]int, 0, len(des))
+	for _, de := range des {
+		if pid, err := strconv.Atoi(de.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
