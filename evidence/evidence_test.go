@@ -2,13 +2,14 @@ package evidence
 
 import (
 	"context"
-	"github.com/berth/berth/internal/proc"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/berth/berth/internal/proc"
 )
 
 func cacheJSON(id, network, ifname, netns string, args ...string) string {
