@@ -31,7 +31,9 @@ import (
 // shared by those tables; its handler finds its target through the scope
 // (s.constraints(), s.meta(), ...). Rows run in table order, which is the
 // order of evaluation: a row may read what an earlier one set (affinity
-// reads the job's type; config reads the driver). After adding a row, run
+// reads the job's type; config reads the driver). After adding a row, give
+// it a sample in keySamples (keys_test.go: TestKeyVerdicts parses it and,
+// for a "warning" verdict, checks the warning) and run
 // `go test ./jobspec -run TestREADMEJobKeys -update` to regenerate the
 // README's key table.
 
