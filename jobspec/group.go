@@ -34,8 +34,8 @@ func (p *parser) groupReschedule(b *hclsyntax.Block, base ReschedulePolicy, j *J
 	return p.reschedule(b, base, where)
 }
 
-// groupKeys is what a group body may hold; see the comment above verdict
-// for how the table is read and how to add a key.
+// groupKeys is what a group body may hold: one row per key; see row for how the
+// table is read and how to add a key.
 var groupKeys = []row{
 	{name: "count", form: attrForm, verdict: runs, handle: groupCount},
 	metaRow,

@@ -61,8 +61,8 @@ func (p *parser) file(body *hclsyntax.Body) *Job {
 	return p.job(jobs[0])
 }
 
-// jobKeys is what a job body may hold; see the comment above verdict for
-// how the table is read and how to add a key.
+// jobKeys is what a job body may hold: one row per key; see row for how the
+// table is read and how to add a key.
 var jobKeys = []row{
 	{name: "id", form: attrForm, verdict: runs, always: true, handle: jobID},
 	{name: "name", form: attrForm, verdict: runs, handle: func(p *parser, s *scope, f field) {

@@ -8,35 +8,6 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
-// The bodies of job, group and task are read by walking a table of keys
-// (jobKeys, groupKeys, taskKeys): each row names one attribute or block
-// Nomad allows there, what berth does with it (its verdict, which the
-// README's key table states and TestREADMEJobKeys checks), and the handler
-// that checks it and stores it in the Job. Anything not in the table is an
-// error at its file:line:col (content does that), so a row is also what
-// makes a key accepted.
-//
-// Adding a Nomad key is one row in the table of each body that may hold it:
-//
-//   - a plain attribute stored in a field: strKey, boolKey, intKey or
-//     durKey with the field's accessor, e.g.
-//     durKey("shutdown_delay", runs, (*scope).shutdownDelay);
-//   - a block checked but meaning nothing on one node: a shape (see
-//     cluster.go) and a row whose handler is ignoredBlock(shape, why);
-//   - anything else: a row with a handler func(p *parser, s *scope, f field)
-//     that reads f.attr or f.blocks and writes s.job, s.group or s.task.
-//
-// A block allowed in several bodies (constraint, affinity, spread, update,
-// migrate, meta, restart, vault, service, shutdown_delay) is one row value
-// shared by those tables; its handler finds its target through the scope
-// (s.constraints(), s.meta(), ...). Rows run in table order, which is the
-// order of evaluation: a row may read what an earlier one set (affinity
-// reads the job's type; config reads the driver). After adding a row, give
-// it a sample in keySamples (keys_test.go: TestKeyVerdicts parses it and,
-// for a "warning" verdict, checks the warning) and run
-// `go test ./jobspec -run TestREADMEJobKeys -update` to regenerate the
-// README's key table.
-
 // verdict is what berth does with a key, as the README's table says.
 type verdict string
 
@@ -68,7 +39,38 @@ type field struct {
 	blocks []*hclsyntax.Block
 }
 
-// row is one key a body may hold.
+// row is one key a job, group or task body may hold. The bodies are read
+// by walking a table of rows (jobKeys, groupKeys, taskKeys): each row names one attribute or block
+// Nomad allows there, what berth does with it (its verdict, which the
+// README's key table states and TestREADMEJobKeys checks), and the handler
+// that checks it and stores it in the Job. Anything not in the table is an
+// error at its file:line:col (content does that), so a row is also what
+// makes a key accepted.
+//
+// Adding a Nomad key is one row in the table of each body that may hold it:
+//
+//   - a plain attribute stored in a field: strKey, boolKey, intKey or
+//     durKey with the field's accessor, e.g.
+//     durKey("shutdown_delay", runs, (*scope).shutdownDelay);
+//   - a block checked but meaning nothing on one node: a shape (see
+//     cluster.go) and a row whose handler is ignoredBlock(shape, why);
+//   - anything else: a row with a handler func(p *parser, s *scope, f field)
+//     that reads f.attr or f.blocks and writes s.job, s.group or s.task.
+//
+// A block allowed in several bodies (constraint, affinity, spread, update,
+// migrate, meta, restart, vault, service, shutdown_delay) is one row value
+// shared by those tables; its handler finds its target through the scope
+// (s.constraints(), s.meta(), ...). Rows run in table order, which is the
+// order of evaluation: a row may read what an earlier one set (affinity
+// reads the job's type; config reads the driver). After adding a row, give
+// it a sample in keySamples (keys_test.go: TestKeyVerdicts parses it and,
+// for a "warning" verdict, checks the warning) and run
+// `go test ./jobspec -run TestREADMEJobKeys -update` to regenerate the
+// README's key table.
+//
+// The blocks nested in these bodies (restart, network, resources, ...)
+// are read by their own functions, each with a schema, or, when berth only
+// checks them, by a shape.
 type row struct {
 	name    string
 	form    form

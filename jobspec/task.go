@@ -13,8 +13,8 @@ import (
 
 var checksumLen = map[string]int{"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}
 
-// taskKeys is what a task body may hold; see the comment above verdict
-// for how the table is read and how to add a key.
+// taskKeys is what a task body may hold: one row per key; see row for how the
+// table is read and how to add a key.
 var taskKeys = []row{
 	{name: "driver", form: attrForm, verdict: runs, always: true, handle: taskDriver},
 	{name: "config", form: blockForm, single: true, verdict: runs, always: true, handle: taskConfig},
