@@ -34,153 +34,117 @@ func (p *parser) groupReschedule(b *hclsyntax.Block, base ReschedulePolicy, j *J
 	return p.reschedule(b, base, where)
 }
 
+// groupKeys is what a group body may hold: one row per key; see row for how the
+// table is read and how to add a key.
+var groupKeys = []row{
+	{name: "count", form: attrForm, verdict: runs, handle: groupCount},
+	metaRow,
+	shutdownDelayRow,
+	{name: "stop_after_client_disconnect", form: attrForm, verdict: ignored, handle: clientDisconnect},
+	{name: "max_client_disconnect", form: attrForm, verdict: ignored, handle: clientDisconnect},
+	restartRow,
+	{name: "reschedule", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		s.group.Reschedule = p.groupReschedule(f.blocks[0], s.group.Reschedule, s.job, s.where)
+	}},
+	{name: "network", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		s.group.Network = p.network(f.blocks[0], s.where)
+	}},
+	constraintRow,
+	affinityRow,
+	spreadRow,
+	updateRow,
+	migrateRow,
+	{name: "scaling", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		p.scaling(f.blocks[0], s.where)
+	}},
+	{name: "consul", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		p.check(f.blocks[0], consulShape, "consul block in "+s.where)
+		p.warn(f.blocks[0].TypeRange, fmt.Sprintf("consul in %s is accepted and ignored", s.where), "berth has no Consul")
+	}},
+	{name: "disconnect", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		p.check(f.blocks[0], disconnectShape, "disconnect block in "+s.where)
+		p.warn(f.blocks[0].TypeRange, fmt.Sprintf("disconnect in %s does not apply on one node; accepted and ignored", s.where),
+			"disconnect is Nomad 1.8's; Nomad 1.6.5 refuses the block")
+	}},
+	vaultRow,
+	{name: "ephemeral_disk", form: blockForm, single: true, verdict: parsed, handle: func(p *parser, s *scope, f field) {
+		s.group.EphemeralDisk = p.ephemeralDisk(f.blocks[0], s.where)
+	}},
+	{name: "volume", form: blockForm, label: "volume name", verdict: parsed, handle: groupVolumes},
+	serviceRow,
+	{name: "task", form: blockForm, label: "task name", verdict: runs, handle: groupTasks},
+}
+
 func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
 	g := p.newGroup(blk, j)
-	where := fmt.Sprintf("group %q", g.Name)
-	attrs, blocks := p.content(blk.Body, schema{
-		what:  where,
-		attrs: []string{"count", "meta", "shutdown_delay", "stop_after_client_disconnect", "max_client_disconnect"},
-		blocks: []blockSpec{
-			{name: "restart", single: true},
-			{name: "reschedule", single: true},
-			{name: "network", single: true},
-			{name: "constraint"},
-			{name: "affinity"},
-			{name: "spread"},
-			{name: "meta", single: true},
-			{name: "task", label: "task name"},
-			{name: "volume", label: "volume name"},
-			{name: "ephemeral_disk", single: true},
-			{name: "update", single: true},
-			{name: "migrate", single: true},
-			{name: "service"},
-			{name: "scaling", single: true},
-			{name: "consul", single: true},
-			{name: "vault", single: true},
-			{name: "disconnect", single: true},
-		},
-	})
-	if a := attrs["count"]; a != nil {
-		if v, ok := p.integer(a, where, 0, maxInt32); ok {
-			g.Count = v
-			switch {
-			case j.Type == TypeSystem && v > 1:
-				p.fail(a.Expr.Range(), fmt.Sprintf("%s has count %d; count cannot exceed 1 in a system job", where, v), "a system job runs one allocation per node")
-			case j.Type == TypeSysbatch && v > 1:
-				p.warn(a.Expr.Range(), fmt.Sprintf("count %d in %s is ignored: a sysbatch job runs one allocation per node", v, where), "")
-			}
+	s := &scope{where: fmt.Sprintf("group %q", g.Name), blk: blk, job: j, group: g}
+	p.walk(groupKeys, s)
+	if !hasBlock(blk.Body, "task") && !hasBlock(blk.Body, "dynamic") {
+		p.fail(blk.TypeRange, fmt.Sprintf("%s has no task", s.where), "add task \"<name>\" { driver = \"...\" config { ... } }")
+	}
+	p.finishGroup(g, blk, j, s.where)
+	return g
+}
+
+func groupCount(p *parser, s *scope, f field) {
+	g, j, a := s.group, s.job, f.attr
+	if v, ok := p.integer(a, s.where, 0, maxInt32); ok {
+		g.Count = v
+		switch {
+		case j.Type == TypeSystem && v > 1:
+			p.fail(a.Expr.Range(), fmt.Sprintf("%s has count %d; count cannot exceed 1 in a system job", s.where, v), "a system job runs one allocation per node")
+		case j.Type == TypeSysbatch && v > 1:
+			p.warn(a.Expr.Range(), fmt.Sprintf("count %d in %s is ignored: a sysbatch job runs one allocation per node", v, s.where), "")
 		}
 	}
-	if j.Type == TypeSystem || j.Type == TypeSysbatch {
-		if g.Count > 1 {
-			g.Count = 1
-		}
+	if (j.Type == TypeSystem || j.Type == TypeSysbatch) && g.Count > 1 {
+		g.Count = 1
 	}
-	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
-		p.checkMetaKeys(r, m, where)
-		g.Meta = m
+}
+
+// clientDisconnect reads stop_after_client_disconnect or
+// max_client_disconnect; Nomad allows one of the two.
+func clientDisconnect(p *parser, s *scope, f field) {
+	a := f.attr
+	p.duration(a, s.where)
+	p.warn(a.NameRange, fmt.Sprintf("%s in %s does not apply on one node; accepted and ignored", a.Name, s.where),
+		"it is about a client losing contact with the servers; berth is both")
+	if a.Name == "max_client_disconnect" && s.attrs["stop_after_client_disconnect"] != nil {
+		p.fail(a.NameRange, fmt.Sprintf("%s sets both max_client_disconnect and stop_after_client_disconnect", s.where), "keep one")
 	}
-	if d, ok := p.duration(attrs["shutdown_delay"], where); ok {
-		g.ShutdownDelay = d
-	}
-	stop, maxDisc := attrs["stop_after_client_disconnect"], attrs["max_client_disconnect"]
-	for _, a := range []*hclsyntax.Attribute{stop, maxDisc} {
-		if a != nil {
-			p.duration(a, where)
-			p.warn(a.NameRange, fmt.Sprintf("%s in %s does not apply on one node; accepted and ignored", a.Name, where),
-				"it is about a client losing contact with the servers; berth is both")
-		}
-	}
-	if stop != nil && maxDisc != nil {
-		p.fail(maxDisc.NameRange, fmt.Sprintf("%s sets both max_client_disconnect and stop_after_client_disconnect", where), "keep one")
-	}
-	if bs := blocks["restart"]; len(bs) > 0 {
-		g.Restart = p.restart(bs[0], g.Restart, where)
-	}
-	if bs := blocks["reschedule"]; len(bs) > 0 {
-		g.Reschedule = p.groupReschedule(bs[0], g.Reschedule, j, where)
-	}
-	if bs := blocks["network"]; len(bs) > 0 {
-		g.Network = p.network(bs[0], where)
-	}
-	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where, false); ok {
-			g.Constraints = append(g.Constraints, c)
-		}
-	}
-	for _, b := range blocks["affinity"] {
-		if j.Type == TypeSystem {
-			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have an affinity block", j.ID), "")
-		}
-		p.affinity(b, where)
-	}
-	for _, b := range blocks["spread"] {
-		if j.Type == TypeSystem {
-			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have a spread block", j.ID), "")
-		}
-		p.spread(b, where)
-	}
-	if bs := blocks["update"]; len(bs) > 0 {
-		p.checkUpdateAllowed(bs[0], j)
-		p.update(bs[0], where)
-	}
-	if bs := blocks["migrate"]; len(bs) > 0 {
-		p.checkMigrateAllowed(bs[0], j)
-		p.migrate(bs[0], where)
-	}
-	if bs := blocks["scaling"]; len(bs) > 0 {
-		p.scaling(bs[0], where)
-	}
-	if bs := blocks["consul"]; len(bs) > 0 {
-		p.check(bs[0], consulShape, "consul block in "+where)
-		p.warn(bs[0].TypeRange, fmt.Sprintf("consul in %s is accepted and ignored", where), "berth has no Consul")
-	}
-	if bs := blocks["disconnect"]; len(bs) > 0 {
-		p.check(bs[0], disconnectShape, "disconnect block in "+where)
-		p.warn(bs[0].TypeRange, fmt.Sprintf("disconnect in %s does not apply on one node; accepted and ignored", where),
-			"disconnect is Nomad 1.8's; Nomad 1.6.5 refuses the block")
-	}
-	var groupVault *Vault
-	if bs := blocks["vault"]; len(bs) > 0 {
-		groupVault = p.vault(bs[0], where)
-	}
-	if bs := blocks["ephemeral_disk"]; len(bs) > 0 {
-		g.EphemeralDisk = p.ephemeralDisk(bs[0], where)
-	}
-	for _, b := range blocks["volume"] {
+}
+
+func groupVolumes(p *parser, s *scope, f field) {
+	g := s.group
+	for _, b := range f.blocks {
 		if g.Volumes == nil {
 			g.Volumes = map[string]*Volume{}
 		}
 		if first, dup := g.Volumes[b.Labels[0]]; dup {
-			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate volume %q in %s", b.Labels[0], where), fmt.Sprintf("the first is at %s", first.Pos))
+			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate volume %q in %s", b.Labels[0], s.where), fmt.Sprintf("the first is at %s", first.Pos))
 			continue
 		}
-		g.Volumes[b.Labels[0]] = p.volume(b, where)
+		g.Volumes[b.Labels[0]] = p.volume(b, s.where)
 	}
-	for _, b := range blocks["service"] {
-		g.Services = append(g.Services, p.service(b, where, ""))
-	}
+}
 
+// groupTasks reads the group's tasks, which inherit its vault block.
+func groupTasks(p *parser, s *scope, f field) {
 	seen := map[string]*hclsyntax.Block{}
-	for _, b := range blocks["task"] {
+	for _, b := range f.blocks {
 		tname := b.Labels[0]
 		if first, dup := seen[tname]; dup {
-			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate task %q in %s", tname, where),
+			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate task %q in %s", tname, s.where),
 				fmt.Sprintf("task names must be unique in a group; the first is at %s", p.pos(first.TypeRange)))
 			continue
 		}
 		seen[tname] = b
-		t := p.task(b, g, j, where)
-		if t.Vault == nil && groupVault != nil {
-			t.Vault = groupVault
+		t := p.task(b, s.group, s.job, s.where)
+		if t.Vault == nil && s.vault != nil {
+			t.Vault = s.vault
 		}
-		g.Tasks = append(g.Tasks, t)
+		s.group.Tasks = append(s.group.Tasks, t)
 	}
-	if !hasBlock(blk.Body, "task") && !hasBlock(blk.Body, "dynamic") {
-		p.fail(blk.TypeRange, fmt.Sprintf("%s has no task", where), "add task \"<name>\" { driver = \"...\" config { ... } }")
-	}
-	p.finishGroup(g, blk, j, where)
-	return g
 }
 
 // finishGroup checks what spans the group's tasks.

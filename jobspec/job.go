@@ -61,11 +61,77 @@ func (p *parser) file(body *hclsyntax.Body) *Job {
 	return p.job(jobs[0])
 }
 
+// jobKeys is what a job body may hold: one row per key; see row for how the
+// table is read and how to add a key.
+var jobKeys = []row{
+	{name: "id", form: attrForm, verdict: runs, always: true, handle: jobID},
+	{name: "name", form: attrForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		if x, ok := p.str(f.attr, s.where); ok && x != "" {
+			s.job.Name = x
+		}
+	}},
+	{name: "type", form: attrForm, verdict: runs, handle: jobType},
+	{name: "namespace", form: attrForm, verdict: runs, handle: jobNamespace},
+	{name: "region", form: attrForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		if x, ok := p.str(f.attr, s.where); ok && x != "" {
+			p.checkIdent(f.attr.Expr.Range(), "region", x)
+			s.job.Region = x
+		}
+	}},
+	{name: "datacenters", form: attrForm, verdict: placement, handle: jobDatacenters},
+	intKey("priority", 1, 100, parsed, func(s *scope) *int { return &s.job.Priority }),
+	metaRow,
+	{name: "node_pool", form: attrForm, verdict: placement, handle: func(p *parser, s *scope, f field) {
+		if x, ok := p.str(f.attr, s.where); ok && x != "" {
+			s.job.NodePool = x
+		}
+		p.warn(f.attr.NameRange, fmt.Sprintf("node_pool in %s does not apply on one node", s.where),
+			"berth's node is in node pool \"default\"; a job in another pool (not \"all\") is refused by run")
+	}},
+	{name: "all_at_once", form: attrForm, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		p.boolean(f.attr, s.where)
+		p.warn(f.attr.NameRange, fmt.Sprintf("all_at_once in %s does not apply on one node; accepted and ignored", s.where),
+			"it asks the scheduler to place all allocations at once across the cluster")
+	}},
+	{name: "consul_token", form: attrForm, verdict: ignored, handle: jobToken},
+	{name: "vault_token", form: attrForm, verdict: ignored, handle: jobToken},
+	constraintRow,
+	affinityRow,
+	spreadRow,
+	updateRow,
+	migrateRow,
+	{name: "multiregion", form: blockForm, single: true, verdict: ignored,
+		handle: ignoredBlock(multiregionShape, "multiregion deploys a job to several regions of a federation")},
+	vaultRow,
+	// The job's reschedule block is its groups' default (newGroup).
+	{name: "reschedule", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, _ *scope, f field) {
+		p.jobResched = f.blocks[0]
+	}},
+	{name: "periodic", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		j := s.job
+		j.Periodic = p.periodic(f.blocks[0], s.where)
+		if !j.RunsToCompletion() && j.Periodic.Enabled {
+			p.fail(f.blocks[0].TypeRange, fmt.Sprintf("periodic can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", s.where, j.Type),
+				"set type = \"batch\"")
+		}
+	}},
+	{name: "parameterized", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		j := s.job
+		j.Parameterized = p.parameterized(f.blocks[0], s.where)
+		if !j.RunsToCompletion() {
+			p.fail(f.blocks[0].TypeRange, fmt.Sprintf("parameterized can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", s.where, j.Type),
+				"set type = \"batch\"")
+		}
+	}},
+	// Read by jobGroups, in source order: a task written directly in
+	// the job (Nomad's older form) is a group of its name.
+	{name: "group", form: blockForm, label: "group name", verdict: runs},
+	{name: "task", form: blockForm, label: "task name", verdict: runs},
+}
+
 func (p *parser) job(blk *hclsyntax.Block) *Job {
-	id := blk.Labels[0]
-	where := fmt.Sprintf("job %q", id)
 	j := &Job{
-		ID:          id,
+		ID:          blk.Labels[0],
 		Type:        TypeService,
 		Namespace:   "default",
 		Region:      "global",
@@ -74,159 +140,79 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 		NodePool:    "default",
 		Pos:         p.pos(blk.TypeRange),
 	}
-	attrs, blocks := p.content(blk.Body, schema{
-		what: where,
-		attrs: []string{"type", "namespace", "datacenters", "region", "priority", "meta", "id", "name",
-			"all_at_once", "node_pool", "consul_token", "vault_token"},
-		blocks: []blockSpec{
-			{name: "periodic", single: true},
-			{name: "parameterized", single: true},
-			{name: "constraint"},
-			{name: "affinity"},
-			{name: "spread"},
-			{name: "group", label: "group name"},
-			{name: "task", label: "task name"},
-			{name: "meta", single: true},
-			{name: "update", single: true},
-			{name: "migrate", single: true},
-			{name: "reschedule", single: true},
-			{name: "multiregion", single: true},
-			{name: "vault", single: true},
-		},
-	})
-	idRange := blk.LabelRanges[0]
-	if a := attrs["id"]; a != nil {
-		if s, ok := p.str(a, where); ok {
-			j.ID, idRange = s, a.Expr.Range()
-			where = fmt.Sprintf("job %q", s)
+	s := &scope{where: fmt.Sprintf("job %q", j.ID), blk: blk, job: j, idRange: blk.LabelRanges[0]}
+	p.walk(jobKeys, s)
+	p.jobVault = s.vault
+	p.jobGroups(blk, j, s.where)
+	p.jobVault, p.jobResched = nil, nil
+	p.placementWarnings(j)
+	return j
+}
+
+// jobID reads the id attribute, which replaces the block's label, and
+// checks the ID either names.
+func jobID(p *parser, s *scope, f field) {
+	j := s.job
+	if a := f.attr; a != nil {
+		if x, ok := p.str(a, s.where); ok {
+			j.ID, s.idRange = x, a.Expr.Range()
+			s.where = fmt.Sprintf("job %q", x)
 		}
 	}
 	switch {
 	case j.ID == "":
-		p.fail(idRange, "job ID is empty", "name the job: job \"<id>\" { ... }")
+		p.fail(s.idRange, "job ID is empty", "name the job: job \"<id>\" { ... }")
 	case strings.ContainsAny(j.ID, " \t\r\n\x00"):
-		p.fail(idRange, fmt.Sprintf("job ID %q contains whitespace or a NUL byte", j.ID), "use letters, digits, '-', '_' and '.'")
+		p.fail(s.idRange, fmt.Sprintf("job ID %q contains whitespace or a NUL byte", j.ID), "use letters, digits, '-', '_' and '.'")
 	default:
-		p.checkIdent(idRange, "job ID", j.ID)
+		p.checkIdent(s.idRange, "job ID", j.ID)
 	}
 	j.Name = j.ID
-	if s, ok := p.str(attrs["name"], where); ok && s != "" {
-		j.Name = s
-	}
+}
 
-	if a := attrs["type"]; a != nil {
-		if t, ok := p.str(a, where); ok {
-			switch t {
-			case TypeBatch, TypeService, TypeSystem, TypeSysbatch:
-				j.Type = t
-			default:
-				p.fail(a.Expr.Range(), fmt.Sprintf("invalid job type %q", t), "use \"service\", \"batch\", \"system\" or \"sysbatch\"")
-			}
+func jobType(p *parser, s *scope, f field) {
+	if t, ok := p.str(f.attr, s.where); ok {
+		switch t {
+		case TypeBatch, TypeService, TypeSystem, TypeSysbatch:
+			s.job.Type = t
+		default:
+			p.fail(f.attr.Expr.Range(), fmt.Sprintf("invalid job type %q", t), "use \"service\", \"batch\", \"system\" or \"sysbatch\"")
 		}
 	}
-	if a := attrs["namespace"]; a != nil {
-		if s, ok := p.str(a, where); ok {
-			if s == "" {
-				p.fail(a.Expr.Range(), "namespace must not be empty", "omit it to use \"default\"")
-			} else {
-				p.checkNamespace(a.Expr.Range(), s)
-				j.Namespace = s
-			}
-		}
-	}
-	if s, ok := p.str(attrs["region"], where); ok && s != "" {
-		p.checkIdent(attrs["region"].Expr.Range(), "region", s)
-		j.Region = s
-	}
-	if a := attrs["datacenters"]; a != nil {
-		if dcs, ok := p.strList(a, where); ok {
-			switch {
-			case slices.Contains(dcs, ""):
-				p.fail(a.Expr.Range(), "datacenters must not contain an empty name", "omit it to mean any datacenter (\"*\")")
-			case len(dcs) > 0:
-				j.Datacenters = dcs
-			}
-		}
-	}
-	if v, ok := p.integer(attrs["priority"], where, 1, 100); ok {
-		j.Priority = v
-	}
-	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
-		p.checkMetaKeys(r, m, where)
-		j.Meta = m
-	}
-	if a := attrs["node_pool"]; a != nil {
-		if s, ok := p.str(a, where); ok && s != "" {
-			j.NodePool = s
-		}
-		p.warn(a.NameRange, fmt.Sprintf("node_pool in %s does not apply on one node", where),
-			"berth's node is in node pool \"default\"; a job in another pool (not \"all\") is refused by run")
-	}
-	if a := attrs["all_at_once"]; a != nil {
-		p.boolean(a, where)
-		p.warn(a.NameRange, fmt.Sprintf("all_at_once in %s does not apply on one node; accepted and ignored", where),
-			"it asks the scheduler to place all allocations at once across the cluster")
-	}
-	for _, name := range []string{"consul_token", "vault_token"} {
-		if a := attrs[name]; a != nil {
-			p.str(a, where)
-			p.warn(a.NameRange, fmt.Sprintf("%s in %s is accepted and ignored", name, where), "berth has neither Consul nor Vault")
-		}
-	}
-	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where, false); ok {
-			j.Constraints = append(j.Constraints, c)
-		}
-	}
-	for _, b := range blocks["affinity"] {
-		if j.Type == TypeSystem {
-			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have an affinity block", j.ID), "")
-		}
-		p.affinity(b, where)
-	}
-	for _, b := range blocks["spread"] {
-		if j.Type == TypeSystem {
-			p.fail(b.TypeRange, fmt.Sprintf("system job %q may not have a spread block", j.ID), "")
-		}
-		p.spread(b, where)
-	}
-	if bs := blocks["update"]; len(bs) > 0 {
-		p.checkUpdateAllowed(bs[0], j)
-		p.update(bs[0], where)
-	}
-	if bs := blocks["migrate"]; len(bs) > 0 {
-		p.checkMigrateAllowed(bs[0], j)
-		p.migrate(bs[0], where)
-	}
-	if bs := blocks["multiregion"]; len(bs) > 0 {
-		p.check(bs[0], multiregionShape, "multiregion block in "+where)
-		p.clusterOnly(bs[0], where, "multiregion deploys a job to several regions of a federation")
-	}
-	if bs := blocks["vault"]; len(bs) > 0 {
-		p.jobVault = p.vault(bs[0], where)
-	}
-	var resched *hclsyntax.Block
-	if bs := blocks["reschedule"]; len(bs) > 0 {
-		resched = bs[0]
-	}
-	p.jobResched = resched
-	if bs := blocks["periodic"]; len(bs) > 0 {
-		j.Periodic = p.periodic(bs[0], where)
-		if !j.RunsToCompletion() && j.Periodic.Enabled {
-			p.fail(bs[0].TypeRange, fmt.Sprintf("periodic can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", where, j.Type),
-				"set type = \"batch\"")
-		}
-	}
-	if bs := blocks["parameterized"]; len(bs) > 0 {
-		j.Parameterized = p.parameterized(bs[0], where)
-		if !j.RunsToCompletion() {
-			p.fail(bs[0].TypeRange, fmt.Sprintf("parameterized can only be used with \"batch\" or \"sysbatch\" jobs; %s is a %s job", where, j.Type),
-				"set type = \"batch\"")
-		}
-	}
+}
 
-	// Groups and, in the older form Nomad still reads, tasks written
-	// directly in the job: each becomes a group of its own name.
+func jobNamespace(p *parser, s *scope, f field) {
+	a := f.attr
+	if x, ok := p.str(a, s.where); ok {
+		if x == "" {
+			p.fail(a.Expr.Range(), "namespace must not be empty", "omit it to use \"default\"")
+		} else {
+			p.checkNamespace(a.Expr.Range(), x)
+			s.job.Namespace = x
+		}
+	}
+}
+
+func jobDatacenters(p *parser, s *scope, f field) {
+	if dcs, ok := p.strList(f.attr, s.where); ok {
+		switch {
+		case slices.Contains(dcs, ""):
+			p.fail(f.attr.Expr.Range(), "datacenters must not contain an empty name", "omit it to mean any datacenter (\"*\")")
+		case len(dcs) > 0:
+			s.job.Datacenters = dcs
+		}
+	}
+}
+
+func jobToken(p *parser, s *scope, f field) {
+	p.str(f.attr, s.where)
+	p.warn(f.attr.NameRange, fmt.Sprintf("%s in %s is accepted and ignored", f.attr.Name, s.where), "berth has neither Consul nor Vault")
+}
+
+// jobGroups reads the job's groups and, in the older form Nomad still
+// reads, tasks written directly in the job: each becomes a group of its
+// own name.
+func (p *parser) jobGroups(blk *hclsyntax.Block, j *Job, where string) {
 	type entry struct {
 		blk  *hclsyntax.Block
 		task bool
@@ -255,20 +241,22 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 	if len(entries) == 0 && !hasBlock(blk.Body, "dynamic") {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no group", where), "add group \"<name>\" { task \"<name>\" { driver = \"...\" } }")
 	}
-	p.jobVault, p.jobResched = nil, nil
+}
 
-	if p.opts.Node != nil {
-		for _, u := range j.Unmet(p.opts.Node) {
-			consequence := "; the file is valid, but run refuses the job on this node"
-			if u.Kind == PlaceDatacenters {
-				consequence = "; berth runs the job anyway (its node's datacenter is not configurable yet); Nomad would not place it here"
-			}
-			p.warns = append(p.warns, Diagnostic{File: u.Pos.File, Line: u.Pos.Line, Column: u.Pos.Column,
-				Summary: fmt.Sprintf("%s in %s is not met by this node", u.What, u.Where),
-				Detail:  u.Node + consequence})
-		}
+// placementWarnings tells validate what run would refuse on this node.
+func (p *parser) placementWarnings(j *Job) {
+	if p.opts.Node == nil {
+		return
 	}
-	return j
+	for _, u := range j.Unmet(p.opts.Node) {
+		consequence := "; the file is valid, but run refuses the job on this node"
+		if u.Kind == PlaceDatacenters {
+			consequence = "; berth runs the job anyway (its node's datacenter is not configurable yet); Nomad would not place it here"
+		}
+		p.warns = append(p.warns, Diagnostic{File: u.Pos.File, Line: u.Pos.Line, Column: u.Pos.Column,
+			Summary: fmt.Sprintf("%s in %s is not met by this node", u.What, u.Where),
+			Detail:  u.Node + consequence})
+	}
 }
 
 func (p *parser) checkUpdateAllowed(b *hclsyntax.Block, j *Job) {

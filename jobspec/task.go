@@ -13,9 +13,82 @@ import (
 
 var checksumLen = map[string]int{"md5": 32, "sha1": 40, "sha256": 64, "sha512": 128}
 
+// taskKeys is what a task body may hold: one row per key; see row for how the
+// table is read and how to add a key.
+var taskKeys = []row{
+	{name: "driver", form: attrForm, verdict: runs, always: true, handle: taskDriver},
+	{name: "config", form: blockForm, single: true, verdict: runs, always: true, handle: taskConfig},
+	{name: "env", form: eitherForm, single: true, verdict: runs, handle: taskEnv},
+	metaRow,
+	{name: "kill_timeout", form: attrForm, verdict: runs, handle: taskKillTimeout},
+	shutdownDelayRow,
+	{name: "max_run_duration", form: attrForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		if d, ok := p.duration(f.attr, s.where); ok {
+			s.task.MaxRunDuration = d
+		}
+		p.warn(f.attr.NameRange, fmt.Sprintf("max_run_duration in %s is a berth extension", s.where),
+			"Nomad 1.6.5 refuses it (\"Unsupported argument\"); berth kills and fails the task when it runs longer")
+	}},
+	{name: "kill_signal", form: attrForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		if x, ok := p.str(f.attr, s.where); ok {
+			s.task.KillSignal = x
+			if _, known := SignalNumber(x); !known {
+				p.warn(f.attr.Expr.Range(), fmt.Sprintf("kill_signal %q in %s is not a signal berth knows", x, s.where),
+					"Nomad accepts any name here and fails at stop time; write e.g. \"SIGINT\" or \"SIGQUIT\"")
+			}
+		}
+	}},
+	boolKey("leader", runs, func(s *scope) *bool { return &s.task.Leader }),
+	{name: "user", form: attrForm, verdict: runs, handle: taskUser},
+	strKey("kind", parsed, func(s *scope) *string { return &s.task.Kind }),
+	{name: "resources", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		s.task.Resources = p.resources(f.blocks[0], s.task.Resources, s.where)
+	}},
+	restartRow,
+	constraintRow,
+	affinityRow,
+	{name: "lifecycle", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		s.task.Lifecycle = p.lifecycle(f.blocks[0], s.where)
+	}},
+	{name: "logs", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		s.task.Logs = p.logs(f.blocks[0], s.task.Logs, s.where)
+	}},
+	{name: "artifact", form: blockForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		for _, b := range f.blocks {
+			if a := p.artifact(b, s.where); a != nil {
+				s.task.Artifacts = append(s.task.Artifacts, a)
+			}
+		}
+	}},
+	{name: "template", form: blockForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		for _, b := range f.blocks {
+			s.task.Templates = append(s.task.Templates, p.template(b, s.where))
+		}
+	}},
+	serviceRow,
+	vaultRow,
+	{name: "identity", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		s.task.Identity = p.identity(f.blocks[0], s.where)
+	}},
+	{name: "dispatch_payload", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
+		s.task.DispatchPayload = p.dispatchPayload(f.blocks[0], s.where)
+	}},
+	{name: "volume_mount", form: blockForm, verdict: parsed, handle: func(p *parser, s *scope, f field) {
+		for _, b := range f.blocks {
+			s.task.VolumeMounts = append(s.task.VolumeMounts, p.volumeMount(b, s.where))
+		}
+	}},
+	{name: "csi_plugin", form: blockForm, single: true, verdict: ignored, handle: taskCSIPlugin},
+	{name: "scaling", form: blockForm, label: "scaling target", verdict: ignored, handle: func(p *parser, s *scope, f field) {
+		for _, b := range f.blocks {
+			p.check(b, taskScalingShape, fmt.Sprintf("scaling %q in %s", b.Labels[0], s.where))
+			p.clusterOnly(b, s.where, "task scaling is Nomad Enterprise's dynamic application sizing")
+		}
+	}},
+}
+
 func (p *parser) task(blk *hclsyntax.Block, g *Group, j *Job, groupWhere string) *Task {
 	name := blk.Labels[0]
-	where := fmt.Sprintf("task %q in %s", name, groupWhere)
 	p.checkName(blk, "task")
 	t := &Task{
 		Name:        name,
@@ -28,182 +101,101 @@ func (p *parser) task(blk *hclsyntax.Block, g *Group, j *Job, groupWhere string)
 		ConfigPos:   p.pos(blk.TypeRange),
 		DriverPos:   p.pos(blk.TypeRange),
 	}
-	attrs, blocks := p.content(blk.Body, schema{
-		what: where,
-		attrs: []string{"driver", "kill_timeout", "leader", "user", "env", "meta", "shutdown_delay", "kill_signal",
-			"kind", "max_run_duration"},
-		blocks: []blockSpec{
-			{name: "config", single: true},
-			{name: "env", single: true},
-			{name: "meta", single: true},
-			{name: "resources", single: true},
-			{name: "restart", single: true},
-			{name: "constraint"},
-			{name: "affinity"},
-			{name: "lifecycle", single: true},
-			{name: "logs", single: true},
-			{name: "artifact"},
-			{name: "template"},
-			{name: "service"},
-			{name: "vault", single: true},
-			{name: "identity", single: true},
-			{name: "dispatch_payload", single: true},
-			{name: "volume_mount"},
-			{name: "csi_plugin", single: true},
-			{name: "scaling", label: "scaling target"},
-		},
-	})
+	p.walk(taskKeys, &scope{where: fmt.Sprintf("task %q in %s", name, groupWhere), blk: blk, job: j, group: g, task: t})
+	return t
+}
 
+func taskDriver(p *parser, s *scope, f field) {
 	n := len(p.diags)
-	da := attrs["driver"]
-	if d, ok := p.str(da, where); ok && d != "" {
-		t.Driver = d
-		t.DriverPos = p.pos(da.Expr.Range())
+	if d, ok := p.str(f.attr, s.where); ok && d != "" {
+		s.task.Driver = d
+		s.task.DriverPos = p.pos(f.attr.Expr.Range())
 	} else if len(p.diags) == n {
-		r := blk.TypeRange
-		if da != nil {
-			r = da.Expr.Range()
+		r := s.blk.TypeRange
+		if f.attr != nil {
+			r = f.attr.Expr.Range()
 		}
-		p.fail(r, fmt.Sprintf("task %q has no driver", name), "add driver = \"<name>\""+p.knownDrivers("; known drivers: "))
+		p.fail(r, fmt.Sprintf("task %q has no driver", s.task.Name), "add driver = \"<name>\""+p.knownDrivers("; known drivers: "))
 	}
+}
 
+// taskConfig reads the config block, absent or not, and has the driver
+// validate it.
+func taskConfig(p *parser, s *scope, f field) {
+	t := s.task
 	cfgOK := true
 	var cfgBody *hclsyntax.Body
-	cfgRange := blk.TypeRange
-	if bs := blocks["config"]; len(bs) > 0 {
-		cfgRange, cfgBody = bs[0].TypeRange, bs[0].Body
+	cfgRange := s.blk.TypeRange
+	if len(f.blocks) > 0 {
+		cfgRange, cfgBody = f.blocks[0].TypeRange, f.blocks[0].Body
 		t.ConfigPos = p.pos(cfgRange)
-		t.Config, cfgOK = p.config(bs[0].Body, "config block of "+where)
+		t.Config, cfgOK = p.config(cfgBody, "config block of "+s.where)
 	}
-	if t.Driver != "" && p.opts.Drivers != nil {
-		validate, known := p.opts.Drivers[t.Driver]
-		switch {
-		case !known:
-			p.fail(da.Expr.Range(), fmt.Sprintf("unknown driver %q in %s", t.Driver, where), p.knownDrivers("known drivers: "))
-		case validate != nil && cfgOK:
-			p.driverConfig(validate(t.Config), t.Driver, where, cfgRange, cfgBody)
-		}
+	if t.Driver == "" || p.opts.Drivers == nil {
+		return
 	}
+	validate, known := p.opts.Drivers[t.Driver]
+	switch {
+	case !known:
+		p.fail(s.attrs["driver"].Expr.Range(), fmt.Sprintf("unknown driver %q in %s", t.Driver, s.where), p.knownDrivers("known drivers: "))
+	case validate != nil && cfgOK:
+		p.driverConfig(validate(t.Config), t.Driver, s.where, cfgRange, cfgBody)
+	}
+}
 
-	if env, r, ok := p.stringMap("env", attrs, blocks, where); ok && env != nil {
-		for _, k := range sortedKeys(env) {
-			v := env[k]
-			if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexFunc(k, unicode.IsControl) >= 0 || strings.Contains(v, "\x00") {
-				p.fail(r, fmt.Sprintf("invalid environment variable %q in %s", k, where),
-					"names must be non-empty without '=', NUL or control characters, values without NUL")
-				continue
-			}
-			if strings.HasPrefix(k, reservedEnvPrefix) {
-				p.warn(r, fmt.Sprintf("env %s in %s is ignored where berth sets it: NOMAD_* variables are the runtime's", k, where),
-					"the runtime's value wins (NOMAD_ALLOC_ID, NOMAD_PORT_<label>, ...); rename the variable")
-			}
+func taskEnv(p *parser, s *scope, _ field) {
+	env, r, ok := p.stringMap("env", s.attrs, s.blocks, s.where)
+	if !ok || env == nil {
+		return
+	}
+	for _, k := range sortedKeys(env) {
+		v := env[k]
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexFunc(k, unicode.IsControl) >= 0 || strings.Contains(v, "\x00") {
+			p.fail(r, fmt.Sprintf("invalid environment variable %q in %s", k, s.where),
+				"names must be non-empty without '=', NUL or control characters, values without NUL")
+			continue
 		}
-		t.Env = env
-	}
-	if m, r, ok := p.stringMap("meta", attrs, blocks, where); ok {
-		p.checkMetaKeys(r, m, where)
-		t.Meta = m
-	}
-	if a := attrs["kill_timeout"]; a != nil {
-		if d, ok := p.duration(a, where); ok {
-			t.KillTimeout = d
-			if max := p.opts.MaxKillTimeout; max > 0 && d > max {
-				p.warn(a.Expr.Range(), fmt.Sprintf("kill_timeout %s in %s is longer than this node's max_kill_timeout %s", d, where, max),
-					fmt.Sprintf("the task gets %s to stop (client.max_kill_timeout), as in Nomad", max))
-			}
+		if strings.HasPrefix(k, reservedEnvPrefix) {
+			p.warn(r, fmt.Sprintf("env %s in %s is ignored where berth sets it: NOMAD_* variables are the runtime's", k, s.where),
+				"the runtime's value wins (NOMAD_ALLOC_ID, NOMAD_PORT_<label>, ...); rename the variable")
 		}
 	}
-	if d, ok := p.duration(attrs["shutdown_delay"], where); ok {
-		t.ShutdownDelay = d
-	}
-	if a := attrs["max_run_duration"]; a != nil {
-		if d, ok := p.duration(a, where); ok {
-			t.MaxRunDuration = d
-		}
-		p.warn(a.NameRange, fmt.Sprintf("max_run_duration in %s is a berth extension", where),
-			"Nomad 1.6.5 refuses it (\"Unsupported argument\"); berth kills and fails the task when it runs longer")
-	}
-	if a := attrs["kill_signal"]; a != nil {
-		if s, ok := p.str(a, where); ok {
-			t.KillSignal = s
-			if _, known := SignalNumber(s); !known {
-				p.warn(a.Expr.Range(), fmt.Sprintf("kill_signal %q in %s is not a signal berth knows", s, where),
-					"Nomad accepts any name here and fails at stop time; write e.g. \"SIGINT\" or \"SIGQUIT\"")
-			}
+	s.task.Env = env
+}
+
+func taskKillTimeout(p *parser, s *scope, f field) {
+	if d, ok := p.duration(f.attr, s.where); ok {
+		s.task.KillTimeout = d
+		if max := p.opts.MaxKillTimeout; max > 0 && d > max {
+			p.warn(f.attr.Expr.Range(), fmt.Sprintf("kill_timeout %s in %s is longer than this node's max_kill_timeout %s", d, s.where, max),
+				fmt.Sprintf("the task gets %s to stop (client.max_kill_timeout), as in Nomad", max))
 		}
 	}
-	if b, ok := p.boolean(attrs["leader"], where); ok {
-		t.Leader = b
+}
+
+func taskUser(p *parser, s *scope, f field) {
+	x, ok := p.str(f.attr, s.where)
+	if !ok {
+		return
 	}
-	if s, ok := p.str(attrs["user"], where); ok {
-		t.User = s
-		if check := p.opts.Users[t.Driver]; check != nil && s != "" {
-			if err := check(s); err != nil {
-				p.fail(attrs["user"].Expr.Range(), fmt.Sprintf("user %q of %s: %v", s, where, err),
-					"name a user that exists on this node and that its settings allow (tasks.user_denylist)")
-			}
+	s.task.User = x
+	if check := p.opts.Users[s.task.Driver]; check != nil && x != "" {
+		if err := check(x); err != nil {
+			p.fail(f.attr.Expr.Range(), fmt.Sprintf("user %q of %s: %v", x, s.where, err),
+				"name a user that exists on this node and that its settings allow (tasks.user_denylist)")
 		}
 	}
-	if s, ok := p.str(attrs["kind"], where); ok {
-		t.Kind = s
+}
+
+func taskCSIPlugin(p *parser, s *scope, f field) {
+	b := f.blocks[0]
+	attrs := p.check(b, csiPluginShape, "csi_plugin block in "+s.where)
+	if attrs["id"] == nil || attrs["mount_dir"] == nil {
+		p.fail(b.TypeRange, fmt.Sprintf("csi_plugin in %s needs id and mount_dir", s.where), "")
 	}
-	if bs := blocks["resources"]; len(bs) > 0 {
-		t.Resources = p.resources(bs[0], t.Resources, where)
-	}
-	if bs := blocks["restart"]; len(bs) > 0 {
-		t.Restart = p.restart(bs[0], g.Restart, where)
-	}
-	for _, b := range blocks["constraint"] {
-		if c, ok := p.constraint(b, where, true); ok {
-			t.Constraints = append(t.Constraints, c)
-		}
-	}
-	for _, b := range blocks["affinity"] {
-		p.affinity(b, where)
-	}
-	if bs := blocks["lifecycle"]; len(bs) > 0 {
-		t.Lifecycle = p.lifecycle(bs[0], where)
-	}
-	if bs := blocks["logs"]; len(bs) > 0 {
-		t.Logs = p.logs(bs[0], t.Logs, where)
-	}
-	for _, b := range blocks["artifact"] {
-		if a := p.artifact(b, where); a != nil {
-			t.Artifacts = append(t.Artifacts, a)
-		}
-	}
-	for _, b := range blocks["template"] {
-		t.Templates = append(t.Templates, p.template(b, where))
-	}
-	for _, b := range blocks["service"] {
-		t.Services = append(t.Services, p.service(b, where, name))
-	}
-	if bs := blocks["vault"]; len(bs) > 0 {
-		t.Vault = p.vault(bs[0], where)
-	}
-	if bs := blocks["identity"]; len(bs) > 0 {
-		t.Identity = p.identity(bs[0], where)
-	}
-	if bs := blocks["dispatch_payload"]; len(bs) > 0 {
-		t.DispatchPayload = p.dispatchPayload(bs[0], where)
-	}
-	for _, b := range blocks["volume_mount"] {
-		t.VolumeMounts = append(t.VolumeMounts, p.volumeMount(b, where))
-	}
-	if bs := blocks["csi_plugin"]; len(bs) > 0 {
-		attrs := p.check(bs[0], csiPluginShape, "csi_plugin block in "+where)
-		if attrs["id"] == nil || attrs["mount_dir"] == nil {
-			p.fail(bs[0].TypeRange, fmt.Sprintf("csi_plugin in %s needs id and mount_dir", where), "")
-		}
-		var typ string
-		p.oneOf(attrs["type"], where, &typ, "node", "controller", "monolith")
-		p.warn(bs[0].TypeRange, fmt.Sprintf("csi_plugin in %s is accepted and ignored", where), "berth does not run CSI plugins")
-	}
-	for _, b := range blocks["scaling"] {
-		p.check(b, taskScalingShape, fmt.Sprintf("scaling %q in %s", b.Labels[0], where))
-		p.clusterOnly(b, where, "task scaling is Nomad Enterprise's dynamic application sizing")
-	}
-	return t
+	var typ string
+	p.oneOf(attrs["type"], s.where, &typ, "node", "controller", "monolith")
+	p.warn(b.TypeRange, fmt.Sprintf("csi_plugin in %s is accepted and ignored", s.where), "berth does not run CSI plugins")
 }
 
 // driverConfig turns a driver validator's error into diagnostics: a
