@@ -124,6 +124,9 @@ func enterMain() int {
 	runtime.LockOSThread()
 	reply := os.NewFile(replyFD, "reply")
 	fail := func(err error) int {
+		// The reply pipe is the only way back to the driver; the exit
+		// status says setup failed even when the write did not get
+		// through.
 		_, _ = reply.WriteString(err.Error())
 		return EnterSetupFailed
 	}
@@ -171,6 +174,8 @@ func enterMain() int {
 		// Another thread than the locked one: still root, it may
 		// signal the command whatever the task's user.
 		<-sigs
+		// Nowhere to report a failure (stdio is closed), and ESRCH
+		// only means the command has ended already.
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}()
 	reply.Close()
