@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +60,8 @@ type mountInfo struct {
 }
 
 // reportMain is the task: args are paths to probe ("exists:/p",
-// "write:/p"), and "sleep" to stay until killed.
+// "write:/p"), "sleep" to stay until killed, "orphan" to leave a child
+// behind in a session of its own.
 func reportMain(args []string) int {
 	r := report{PID: os.Getpid(), Exists: map[string]string{}, Writes: map[string]string{}}
 	// First, before the Go runtime or this function opens anything.
@@ -94,6 +98,17 @@ func reportMain(args []string) int {
 	}
 	b, _ := json.Marshal(r)
 	os.Stdout.Write(append(b, '\n'))
+	if slices.Contains(args, "orphan") {
+		// A child in a session of its own, left running: out of the
+		// task's process group, only its cgroup still holds it.
+		child := exec.Command("/proc/self/exe", "sleep")
+		child.Args[0] = reportName
+		child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := child.Start(); err != nil {
+			return fatal(err)
+		}
+		os.Stdout.WriteString("orphan " + strconv.Itoa(child.Process.Pid) + "\n")
+	}
 	for sleep {
 		unix.Pause()
 	}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth/berth/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -631,5 +633,48 @@ func TestSupRefused(t *testing.T) {
 				t.Errorf("a status was written for a task that never ran: %v", err)
 			}
 		})
+	}
+}
+
+// A task in a cgroup: what it left running when its main process exited
+// (a child in a session of its own, which the process group kill misses)
+// is killed through the cgroup, its output drained, and the cgroup
+// removed.
+func TestSupTaskCgroup(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	rel := fmt.Sprintf("berth-suptest/%d.%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	cg, err := cgroup.Create(ctx, cgroup.Detect("/sys/fs/cgroup"), rel)
+	if cg == nil {
+		t.Skipf("no cgroup to test with: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cg.Remove(ctx); err != nil {
+			t.Errorf("remove %s: %v", rel, err)
+		}
+		for _, d := range cg.Dirs() {
+			// The parent, empty once the task's is gone.
+			_ = os.Remove(filepath.Dir(d))
+		}
+	})
+	dir := reportDir(t)
+	sp := taskSpec(t, filepath.Join(dir, reportName), "orphan")
+	sp.Cgroup = cg
+	s, err := supervise(t, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.wait(t)
+	if st.ExitCode != 0 || st.Error != "" || st.OOMKilled {
+		t.Errorf("status %+v, want exit 0 and nothing wrong around it", st)
+	}
+	out, err := os.ReadFile(filepath.Join(sp.LogDir, sp.Stdout))
+	if _, tail, _ := bytes.Cut(out, []byte("\n")); err != nil || !bytes.HasPrefix(tail, []byte("orphan ")) {
+		t.Fatalf("the task's log after its report: %q, %v", tail, err)
+	}
+	for _, d := range cg.Dirs() {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the task's cgroup %s is still there: %v", d, err)
+		}
 	}
 }
