@@ -518,8 +518,20 @@ func TestSupEnter(t *testing.T) {
 func TestSupEnterRawExec(t *testing.T) {
 	needRoot(t)
 	dir := reportDir(t)
+	for _, tc := range []struct {
+		name string
+		cred Credentials
+	}{
+		{"as nobody", Credentials{SetUser: true, UID: 65534, GID: 65534}},
+		{"as root", Credentials{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { enterRawExec(t, dir, tc.cred) })
+	}
+}
+
+func enterRawExec(t *testing.T, dir string, cred Credentials) {
 	sp := taskSpec(t, filepath.Join(dir, reportName), "sleep")
-	sp.Credentials = Credentials{SetUser: true, UID: 65534, GID: 65534}
+	sp.Credentials = cred
 	sp.Dir = dir
 	s, err := supervise(t, sp)
 	if err != nil {
