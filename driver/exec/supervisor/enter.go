@@ -75,69 +75,37 @@ type EnterSpec struct {
 	TTY bool
 }
 
-// Marshal encodes the spec.
-func (s *EnterSpec) Marshal() []byte {
-	var w writer
-	w.num("version", Version)
-	for _, a := range s.Args {
-		w.str("arg", a)
+// enterFields is the enter spec's record, in the order it is written.
+func enterFields() table[EnterSpec] {
+	t := table[EnterSpec]{
+		strs("arg", func(s *EnterSpec) *[]string { return &s.Args }),
+		strs("env", func(s *EnterSpec) *[]string { return &s.Env }),
 	}
-	for _, e := range s.Env {
-		w.str("env", e)
-	}
-	w.identity(&s.Credentials)
-	w.str("dir", s.Dir)
-	w.cgroup(s.Cgroup)
-	w.flag("net", s.Net)
-	w.flag("ipc", s.IPC)
-	w.flag("mnt", s.Mnt)
-	w.flag("pid", s.PID)
-	w.flag("root", s.Root)
-	w.flag("tty", s.TTY)
-	return w.b.Bytes()
+	t = append(t, within(func(s *EnterSpec) *Credentials { return &s.Credentials }, credentialsFields())...)
+	t = append(t, str("dir", func(s *EnterSpec) *string { return &s.Dir }))
+	t = append(t, optional(func(s *EnterSpec) **cgroup.Set { return &s.Cgroup }, cgroupFields())...)
+	return append(t,
+		boolValue("net", func(s *EnterSpec) *bool { return &s.Net }),
+		boolValue("ipc", func(s *EnterSpec) *bool { return &s.IPC }),
+		boolValue("mnt", func(s *EnterSpec) *bool { return &s.Mnt }),
+		boolValue("pid", func(s *EnterSpec) *bool { return &s.PID }),
+		boolValue("root", func(s *EnterSpec) *bool { return &s.Root }),
+		boolValue("tty", func(s *EnterSpec) *bool { return &s.TTY }),
+	)
 }
+
+// Marshal encodes the spec.
+func (s *EnterSpec) Marshal() []byte { return enterFields().write(s) }
 
 // ParseEnterSpec decodes a spec written by Marshal of the same Version.
 func ParseEnterSpec(b []byte) (*EnterSpec, error) {
-	fields, err := parse(b)
+	s := &EnterSpec{}
+	version, unknown, err := enterFields().read(b, s)
+	if unknown != "" {
+		return nil, fmt.Errorf("enter spec: unknown field %q", unknown)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enter spec: %w", err)
-	}
-	s := &EnterSpec{}
-	var r reader
-	version := 0
-	flag := func(f field) bool { return f.val == "true" }
-	for _, f := range fields {
-		switch f.key {
-		case "version":
-			version = r.int(f)
-		case "arg":
-			s.Args = append(s.Args, f.val)
-		case "env":
-			s.Env = append(s.Env, f.val)
-		case "dir":
-			s.Dir = f.val
-		case "net":
-			s.Net = flag(f)
-		case "ipc":
-			s.IPC = flag(f)
-		case "mnt":
-			s.Mnt = flag(f)
-		case "pid":
-			s.PID = flag(f)
-		case "root":
-			s.Root = flag(f)
-		case "tty":
-			s.TTY = flag(f)
-		default:
-			if r.cgroup(&s.Cgroup, f) || r.identity(&s.Credentials, f) {
-				continue
-			}
-			return nil, fmt.Errorf("enter spec: unknown field %q", f.key)
-		}
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("enter spec: %w", r.err)
 	}
 	if version != Version {
 		return nil, fmt.Errorf("enter spec version %d, this %s speaks %d: berth and %s are of different builds", version, Binary, Version, Binary)
@@ -156,6 +124,9 @@ func enterMain() int {
 	runtime.LockOSThread()
 	reply := os.NewFile(replyFD, "reply")
 	fail := func(err error) int {
+		// The reply pipe is the only way back to the driver; the exit
+		// status says setup failed even when the write did not get
+		// through.
 		_, _ = reply.WriteString(err.Error())
 		return EnterSetupFailed
 	}
@@ -203,6 +174,8 @@ func enterMain() int {
 		// Another thread than the locked one: still root, it may
 		// signal the command whatever the task's user.
 		<-sigs
+		// Nowhere to report a failure (stdio is closed), and ESRCH
+		// only means the command has ended already.
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}()
 	reply.Close()

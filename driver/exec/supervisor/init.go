@@ -25,6 +25,8 @@ func initMain() int {
 	runtime.LockOSThread()
 	reply := os.NewFile(replyFD, "reply")
 	fail := func(err error) int {
+		// The reply pipe is the only way back to the supervisor, which
+		// reaps the init's 127 and refuses the start either way.
 		_, _ = reply.WriteString(err.Error())
 		return 127
 	}

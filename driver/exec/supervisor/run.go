@@ -31,6 +31,9 @@ func Main(args []string) int {
 	if len(args) >= 2 {
 		// Each is handed exactly its descriptors (see the FD
 		// constants); anything else open is berth's inheritance.
+		// Close fails only when /proc/self/fd cannot be listed; what
+		// stays open then is still kept from the task and the command
+		// (init and enter mark everything from fd 3 close-on-exec).
 		switch args[1] {
 		case "run":
 			_ = inherited.Close(replyFD + 1)
@@ -110,7 +113,10 @@ func readSpec() (*Spec, error) {
 
 // refuse tells the driver why the task did not start.
 func (s *supervisor) refuse(err error) int {
-	_, _ = s.reply.WriteString("err " + strconv.Quote(err.Error()) + "\n")
+	if _, werr := s.reply.WriteString("err " + strconv.Quote(err.Error()) + "\n"); werr != nil {
+		// The driver gone: the reason still reaches the supervisor's log.
+		fmt.Fprintf(os.Stderr, "%s: task not started: %v (the driver was not told: %v)\n", Binary, err, werr)
+	}
 	s.reply.Close()
 	return 1
 }
@@ -154,101 +160,163 @@ func (s *supervisor) openLogs() (sinks []*logSink, childOut, childErr int, err e
 	return sinks, ends[0], ends[1], nil
 }
 
+// supervise starts the task, tells the driver, watches it to its end and
+// records how it ended.
 func (s *supervisor) supervise() int {
-	sp := s.spec
 	sinks, outW, errW, err := s.openLogs()
 	if err != nil {
 		return s.refuse(err)
 	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	pid, pidfd, err := s.startInit(outW, errW)
 	if err != nil {
 		return s.refuse(err)
 	}
+	s.announce(pid)
+	s.copyUntilExit(sinks, pidfd)
+	errs := s.stopTask(pid)
+	s.drain(sinks)
+	ws, err := reap(pid)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	s.recordExit(ws)
+	errs = append(errs, s.release(sinks)...)
+	if err := errors.Join(errs...); err != nil {
+		s.status.Error = err.Error()
+	}
+	if err := writeStatus(s.spec.StatusDir, s.spec.StatusName, s.status.Marshal()); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: task %s/%s exited with %d but its status could not be recorded: %v\n", Binary, s.spec.AllocID, s.spec.Task, s.status.ExitCode, err)
+		return 1
+	}
+	return 0
+}
+
+// cloneFlags are the namespaces the task's init is cloned into.
+func (sp *Spec) cloneFlags() uintptr {
+	var flags uintptr
+	if sp.Root != "" {
+		flags |= unix.CLONE_NEWNS
+	}
+	if sp.NewPIDNS {
+		flags |= unix.CLONE_NEWPID
+	}
+	if sp.NewIPCNS {
+		flags |= unix.CLONE_NEWIPC
+	}
+	return flags
+}
+
+// startInit starts the task's init with stdout and stderr on outW and
+// errW (the log pipes' write ends, closed here; -1: /dev/null) and waits
+// until it has exec'd the task or failed: the task's PID and a pidfd of
+// it, or why it did not start.
+func (s *supervisor) startInit(outW, errW int) (pid, pidfd int, err error) {
+	closeOut := func() {
+		if outW >= 0 {
+			unix.Close(outW)
+			unix.Close(errW)
+		}
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		closeOut()
+		return 0, -1, err
+	}
+	defer devnull.Close()
+	out, errOut := uintptr(outW), uintptr(errW)
 	if outW < 0 {
-		outW, errW = int(devnull.Fd()), int(devnull.Fd())
+		out, errOut = devnull.Fd(), devnull.Fd()
 	}
 	var ep [2]int
 	if err := unix.Pipe2(ep[:], unix.O_CLOEXEC); err != nil {
-		return s.refuse(fmt.Errorf("pipe: %w", err))
+		closeOut()
+		return 0, -1, fmt.Errorf("pipe: %w", err)
 	}
-	var cloneflags uintptr
-	if sp.Root != "" {
-		cloneflags |= unix.CLONE_NEWNS
-	}
-	if sp.NewPIDNS {
-		cloneflags |= unix.CLONE_NEWPID
-	}
-	if sp.NewIPCNS {
-		cloneflags |= unix.CLONE_NEWIPC
-	}
-	pidfd := -1
+	pidfd = -1
 	// /proc/self/exe, not the path: it runs this very binary even after
-	// an upgrade replaced the file.
-	self := "/proc/self/exe"
-	// The init reads the same spec (fd 3) and reports a failed setup or
-	// exec on fd 4, which the exec closes.
-	pid, err := syscall.ForkExec(self, []string{Binary, "init"}, &syscall.ProcAttr{
+	// an upgrade replaced the file. The init reads the same spec (fd 3)
+	// and reports a failed setup or exec on fd 4, which the exec closes.
+	pid, err = syscall.ForkExec("/proc/self/exe", []string{Binary, "init"}, &syscall.ProcAttr{
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []uintptr{devnull.Fd(), uintptr(outW), uintptr(errW), specFD, uintptr(ep[1])},
+		Files: []uintptr{devnull.Fd(), out, errOut, specFD, uintptr(ep[1])},
 		Sys: &syscall.SysProcAttr{
 			// A session of its own: the task's process group is its PID,
 			// and no terminal of berth's reaches it.
 			Setsid:     true,
-			Cloneflags: cloneflags,
+			Cloneflags: s.spec.cloneFlags(),
 			PidFD:      &pidfd,
 		},
 	})
 	unix.Close(ep[1])
-	if outW != int(devnull.Fd()) {
-		unix.Close(outW)
-		unix.Close(errW)
-	}
-	devnull.Close()
+	closeOut()
+	defer unix.Close(ep[0])
 	if err != nil {
-		unix.Close(ep[0])
-		return s.refuse(fmt.Errorf("start the task's init: %w", err))
+		return 0, -1, fmt.Errorf("start the task's init: %w", err)
 	}
 	if msg := readAll(ep[0]); msg != "" {
-		unix.Close(ep[0])
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(pid, &ws, 0, nil)
-		return s.refuse(errors.New(msg))
+		unix.Close(pidfd)
+		// The init exits 127 right after writing; the error reaping it
+		// could add is not the task's, whose start failed for msg.
+		_, _ = reap(pid)
+		return 0, -1, errors.New(msg)
 	}
-	unix.Close(ep[0])
+	return pid, pidfd, nil
+}
+
+// announce records that the task runs and tells the driver its PID.
+func (s *supervisor) announce(pid int) {
 	s.status.PID = pid
 	s.status.StartedAt = time.Now()
 	if st, err := proc.StartTime(pid); err == nil {
 		s.status.PIDStart = st
 	}
-	_, _ = s.reply.WriteString(readyLine(pid, s.status.PIDStart))
+	if _, err := s.reply.WriteString(readyLine(pid, s.status.PIDStart)); err != nil {
+		// The driver gone (berth restarting): it adopts the task from
+		// /proc and the status file, so the task goes on.
+		fmt.Fprintf(os.Stderr, "%s: task %s/%s runs as pid %d, but the driver was not told: %v\n", Binary, s.spec.AllocID, s.spec.Task, pid, err)
+	}
 	s.reply.Close()
+}
 
-	s.copyUntilExit(sinks, pidfd)
+// stopTask kills what is left of the task once its main process has
+// exited: its process group, and everything in its cgroup.
+func (s *supervisor) stopTask(pid int) []error {
 	var errs []error
 	// The task's leader is a zombie now: its process group ID stays
 	// reserved until it is reaped, so the group can be killed safely.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		errs = append(errs, fmt.Errorf("kill the task's process group %d: %w", pid, err))
+	}
 	if s.cg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if err := s.cg.KillAll(ctx); err != nil {
 			errs = append(errs, err)
 		}
 		if err := waitEmpty(ctx, s.cg); err != nil {
 			errs = append(errs, err)
 		}
-		cancel()
 	}
-	s.drain(sinks)
+	return errs
+}
+
+// reap waits for the task's main process.
+func reap(pid int) (syscall.WaitStatus, error) {
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			if err != nil {
-				errs = append(errs, fmt.Errorf("reap task pid %d: %w", pid, err))
-			}
-			break
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
+		if err != nil {
+			return ws, fmt.Errorf("reap task pid %d: %w", pid, err)
+		}
+		return ws, nil
 	}
+}
+
+// recordExit records how the task's main process ended.
+func (s *supervisor) recordExit(ws syscall.WaitStatus) {
 	s.status.FinishedAt = time.Now()
 	switch {
 	case ws.Signaled():
@@ -258,10 +326,15 @@ func (s *supervisor) supervise() int {
 	default:
 		s.status.ExitCode = ws.ExitStatus()
 	}
+	if s.cg != nil && s.status.Signal == int(syscall.SIGKILL) {
+		s.status.OOMKilled = s.cg.OOMKilled()
+	}
+}
+
+// release removes the task's cgroup and closes its logs.
+func (s *supervisor) release(sinks []*logSink) []error {
+	var errs []error
 	if s.cg != nil {
-		if s.status.Signal == int(syscall.SIGKILL) {
-			s.status.OOMKilled = s.cg.OOMKilled()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := s.cg.Remove(ctx); err != nil {
 			errs = append(errs, err)
@@ -273,17 +346,12 @@ func (s *supervisor) supervise() int {
 			errs = append(errs, sk.err)
 		}
 		if c, ok := sk.out.(io.Closer); ok {
-			_ = c.Close()
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close log: %w", err))
+			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		s.status.Error = err.Error()
-	}
-	if err := writeStatus(s.spec.StatusDir, s.spec.StatusName, s.status.Marshal()); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: task %s/%s exited with %d but its status could not be recorded: %v\n", Binary, sp.AllocID, sp.Task, s.status.ExitCode, err)
-		return 1
-	}
-	return 0
+	return errs
 }
 
 // copyUntilExit copies the task's output into its logs until the task's
@@ -365,7 +433,10 @@ func (s *supervisor) drain(sinks []*logSink) {
 	}
 }
 
+// waitEmpty kills what is in cg until nothing is; when time runs out, the
+// last kill's error (if any) says why.
 func waitEmpty(ctx context.Context, cg *cgroup.Set) error {
+	var killErr error
 	for {
 		pids, err := cg.Procs()
 		if err != nil {
@@ -376,10 +447,10 @@ func waitEmpty(ctx context.Context, cg *cgroup.Set) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s still holds pids %v: %w", cg.Rel, pids, ctx.Err())
+			return errors.Join(fmt.Errorf("cgroup %s still holds pids %v: %w", cg.Rel, pids, ctx.Err()), killErr)
 		case <-time.After(5 * time.Millisecond):
 		}
-		_ = cg.KillAll(ctx)
+		killErr = cg.KillAll(ctx)
 	}
 }
 
@@ -410,6 +481,8 @@ func writeStatus(dir, name string, b []byte) error {
 		return fmt.Errorf("open %s: %w", dir, err)
 	}
 	defer unix.Close(dfd)
+	// A leftover of a supervisor that died mid-write; none is usual
+	// (ENOENT), and one that cannot be removed fails the O_EXCL below.
 	_ = unix.Unlinkat(dfd, tmp, 0)
 	f, err := logfile.OpenBeneath(dir, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -423,8 +496,11 @@ func writeStatus(dir, name string, b []byte) error {
 		werr = cerr
 	}
 	if werr != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("write %s: %w", filepath.Join(dir, tmp), werr)
+		werr = fmt.Errorf("write %s: %w", filepath.Join(dir, tmp), werr)
+		if err := unix.Unlinkat(dfd, tmp, 0); err != nil {
+			werr = errors.Join(werr, fmt.Errorf("remove %s: %w", filepath.Join(dir, tmp), err))
+		}
+		return werr
 	}
 	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
 		return fmt.Errorf("rename %s: %w", filepath.Join(dir, name), err)

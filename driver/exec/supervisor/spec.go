@@ -95,114 +95,86 @@ type Credentials struct {
 	Seccomp bool
 }
 
-// Marshal encodes the spec.
-func (s *Spec) Marshal() []byte {
-	var w writer
-	w.num("version", Version)
-	w.str("store", s.StoreID)
-	w.str("alloc", s.AllocID)
-	w.str("task", s.Task)
-	w.str("path", s.Path)
-	for _, a := range s.Args {
-		w.str("arg", a)
+// specFields is the task spec's record, in the order it is written.
+func specFields() table[Spec] {
+	t := table[Spec]{
+		str("store", func(s *Spec) *string { return &s.StoreID }),
+		str("alloc", func(s *Spec) *string { return &s.AllocID }),
+		str("task", func(s *Spec) *string { return &s.Task }),
+		str("path", func(s *Spec) *string { return &s.Path }),
+		strs("arg", func(s *Spec) *[]string { return &s.Args }),
+		strs("env", func(s *Spec) *[]string { return &s.Env }),
+		str("dir", func(s *Spec) *string { return &s.Dir }),
 	}
-	for _, e := range s.Env {
-		w.str("env", e)
-	}
-	w.str("dir", s.Dir)
-	w.identity(&s.Credentials)
-	if s.OOMScoreAdj != 0 {
-		w.num("oom_score_adj", int64(s.OOMScoreAdj))
-	}
-	w.str("root", s.Root)
-	for _, m := range s.Mounts {
-		w.str("mount_src", m.Source)
-		w.str("mount_dst", m.Dest)
-		w.flag("mount_ro", m.ReadOnly)
-	}
-	w.flag("newpid", s.NewPIDNS)
-	w.flag("newipc", s.NewIPCNS)
-	w.cgroup(s.Cgroup)
-	w.str("log_dir", s.LogDir)
-	w.str("stdout", s.Stdout)
-	w.str("stderr", s.Stderr)
-	w.num("log_max_files", int64(s.LogMaxFiles))
-	w.num("log_max_size", s.LogMaxSize)
-	w.str("status_dir", s.StatusDir)
-	w.str("status_name", s.StatusName)
-	return w.b.Bytes()
+	t = append(t, within(func(s *Spec) *Credentials { return &s.Credentials }, credentialsFields())...)
+	t = append(t,
+		numOmitZero("oom_score_adj", func(s *Spec) *int { return &s.OOMScoreAdj }),
+		str("root", func(s *Spec) *string { return &s.Root }),
+		records(func(s *Spec) *[]Mount { return &s.Mounts }, mountFields()),
+		boolFlag("newpid", func(s *Spec) *bool { return &s.NewPIDNS }),
+		boolFlag("newipc", func(s *Spec) *bool { return &s.NewIPCNS }),
+	)
+	t = append(t, optional(func(s *Spec) **cgroup.Set { return &s.Cgroup }, cgroupFields())...)
+	return append(t,
+		str("log_dir", func(s *Spec) *string { return &s.LogDir }),
+		str("stdout", func(s *Spec) *string { return &s.Stdout }),
+		str("stderr", func(s *Spec) *string { return &s.Stderr }),
+		num("log_max_files", func(s *Spec) *int { return &s.LogMaxFiles }),
+		num64("log_max_size", func(s *Spec) *int64 { return &s.LogMaxSize }),
+		str("status_dir", func(s *Spec) *string { return &s.StatusDir }),
+		str("status_name", func(s *Spec) *string { return &s.StatusName }),
+	)
 }
+
+// mountFields is one bind mount; mount_src starts one.
+func mountFields() table[Mount] {
+	return table[Mount]{
+		str("mount_src", func(m *Mount) *string { return &m.Source }),
+		str("mount_dst", func(m *Mount) *string { return &m.Dest }),
+		boolFlag("mount_ro", func(m *Mount) *bool { return &m.ReadOnly }),
+	}
+}
+
+// credentialsFields is a task's identity, in the task spec and the enter
+// spec alike. The user's IDs are written only with SetUser, which a uid
+// sets; the capabilities only with SetCaps.
+func credentialsFields() table[Credentials] {
+	setUser := func(c *Credentials) bool { return c.SetUser }
+	setCaps := func(c *Credentials) bool { return c.SetCaps }
+	uid := num("uid", func(c *Credentials) *int { return &c.UID })
+	setUID := uid.set
+	uid.set = func(r *reader, c *Credentials, f field) { c.SetUser = true; setUID(r, c, f) }
+	return table[Credentials]{
+		when(setUser, uid),
+		when(setUser, num("gid", func(c *Credentials) *int { return &c.GID })),
+		when(setUser, nums("group", func(c *Credentials) *[]int { return &c.Groups })),
+		boolFlag("setcaps", func(c *Credentials) *bool { return &c.SetCaps }),
+		when(setCaps, nums("cap", func(c *Credentials) *[]int { return &c.Caps })),
+		boolFlag("seccomp", func(c *Credentials) *bool { return &c.Seccomp }),
+	}
+}
+
+// cgroupFields is a task's cgroup (a nil one is written as nothing).
+func cgroupFields() table[cgroup.Set] {
+	return table[cgroup.Set]{
+		str("cgroup_rel", func(c *cgroup.Set) *string { return &c.Rel }),
+		str("cgroup_unified", func(c *cgroup.Set) *string { return &c.Unified }),
+		strs("cgroup_v1", func(c *cgroup.Set) *[]string { return &c.V1 }),
+	}
+}
+
+// Marshal encodes the spec.
+func (s *Spec) Marshal() []byte { return specFields().write(s) }
 
 // ParseSpec decodes a spec written by Marshal of the same Version.
 func ParseSpec(b []byte) (*Spec, error) {
-	fields, err := parse(b)
+	s := &Spec{}
+	version, unknown, err := specFields().read(b, s)
+	if unknown != "" {
+		return nil, fmt.Errorf("task spec: unknown key %q", unknown)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("task spec: %w", err)
-	}
-	s := &Spec{}
-	var r reader
-	version := 0
-	for _, f := range fields {
-		switch f.key {
-		case "version":
-			version = r.int(f)
-		case "store":
-			s.StoreID = f.val
-		case "alloc":
-			s.AllocID = f.val
-		case "task":
-			s.Task = f.val
-		case "path":
-			s.Path = f.val
-		case "arg":
-			s.Args = append(s.Args, f.val)
-		case "env":
-			s.Env = append(s.Env, f.val)
-		case "dir":
-			s.Dir = f.val
-		case "oom_score_adj":
-			s.OOMScoreAdj = r.int(f)
-		case "root":
-			s.Root = f.val
-		case "mount_src":
-			s.Mounts = append(s.Mounts, Mount{Source: f.val})
-		case "mount_dst", "mount_ro":
-			if len(s.Mounts) == 0 {
-				return nil, fmt.Errorf("task spec: %s before mount_src", f.key)
-			}
-			m := &s.Mounts[len(s.Mounts)-1]
-			if f.key == "mount_dst" {
-				m.Dest = f.val
-			} else {
-				m.ReadOnly = true
-			}
-		case "newpid":
-			s.NewPIDNS = true
-		case "newipc":
-			s.NewIPCNS = true
-		case "log_dir":
-			s.LogDir = f.val
-		case "stdout":
-			s.Stdout = f.val
-		case "stderr":
-			s.Stderr = f.val
-		case "log_max_files":
-			s.LogMaxFiles = r.int(f)
-		case "log_max_size":
-			s.LogMaxSize = r.int64(f)
-		case "status_dir":
-			s.StatusDir = f.val
-		case "status_name":
-			s.StatusName = f.val
-		default:
-			if r.cgroup(&s.Cgroup, f) || r.identity(&s.Credentials, f) {
-				continue
-			}
-			return nil, fmt.Errorf("task spec: unknown key %q", f.key)
-		}
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("task spec: %w", r.err)
 	}
 	if version != Version {
 		return nil, fmt.Errorf("task spec version %d, this %s speaks %d: install the %s built with this berth", version, Binary, Version, Binary)
@@ -235,71 +207,35 @@ type Status struct {
 	Error string
 }
 
-// Marshal encodes the status.
-func (s *Status) Marshal() []byte {
-	var w writer
-	w.num("version", Version)
-	w.str("store", s.StoreID)
-	w.str("alloc", s.AllocID)
-	w.str("task", s.Task)
-	w.num("supervisor_pid", int64(s.SupervisorPID))
-	w.unum("supervisor_start", s.SupervisorStart)
-	w.num("pid", int64(s.PID))
-	w.unum("pid_start", s.PIDStart)
-	w.num("exit_code", int64(s.ExitCode))
-	w.num("signal", int64(s.Signal))
-	w.flag("oom_killed", s.OOMKilled)
-	w.num("started_at", s.StartedAt.UnixNano())
-	w.num("finished_at", s.FinishedAt.UnixNano())
-	if s.Error != "" {
-		w.str("error", s.Error)
+// statusFields is the status record, in the order it is written.
+func statusFields() table[Status] {
+	return table[Status]{
+		str("store", func(s *Status) *string { return &s.StoreID }),
+		str("alloc", func(s *Status) *string { return &s.AllocID }),
+		str("task", func(s *Status) *string { return &s.Task }),
+		num("supervisor_pid", func(s *Status) *int { return &s.SupervisorPID }),
+		unum64("supervisor_start", func(s *Status) *uint64 { return &s.SupervisorStart }),
+		num("pid", func(s *Status) *int { return &s.PID }),
+		unum64("pid_start", func(s *Status) *uint64 { return &s.PIDStart }),
+		num("exit_code", func(s *Status) *int { return &s.ExitCode }),
+		num("signal", func(s *Status) *int { return &s.Signal }),
+		boolFlag("oom_killed", func(s *Status) *bool { return &s.OOMKilled }),
+		unixNano("started_at", func(s *Status) *time.Time { return &s.StartedAt }),
+		unixNano("finished_at", func(s *Status) *time.Time { return &s.FinishedAt }),
+		strOmitEmpty("error", func(s *Status) *string { return &s.Error }),
 	}
-	return w.b.Bytes()
 }
 
-// ParseStatus decodes a status file.
+// Marshal encodes the status.
+func (s *Status) Marshal() []byte { return statusFields().write(s) }
+
+// ParseStatus decodes a status file. A key it does not know is passed
+// over: written by a newer supervisor, it says nothing this berth reads.
 func ParseStatus(b []byte) (*Status, error) {
-	fields, err := parse(b)
+	s := &Status{}
+	version, _, err := statusFields().read(b, s)
 	if err != nil {
 		return nil, fmt.Errorf("task status: %w", err)
-	}
-	s := &Status{}
-	var r reader
-	version := 0
-	for _, f := range fields {
-		switch f.key {
-		case "version":
-			version = r.int(f)
-		case "store":
-			s.StoreID = f.val
-		case "alloc":
-			s.AllocID = f.val
-		case "task":
-			s.Task = f.val
-		case "supervisor_pid":
-			s.SupervisorPID = r.int(f)
-		case "supervisor_start":
-			s.SupervisorStart = r.uint64(f)
-		case "pid":
-			s.PID = r.int(f)
-		case "pid_start":
-			s.PIDStart = r.uint64(f)
-		case "exit_code":
-			s.ExitCode = r.int(f)
-		case "signal":
-			s.Signal = r.int(f)
-		case "oom_killed":
-			s.OOMKilled = true
-		case "started_at":
-			s.StartedAt = time.Unix(0, r.int64(f))
-		case "finished_at":
-			s.FinishedAt = time.Unix(0, r.int64(f))
-		case "error":
-			s.Error = f.val
-		}
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("task status: %w", r.err)
 	}
 	if version != Version {
 		return nil, fmt.Errorf("task status version %d, want %d", version, Version)
