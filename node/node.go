@@ -140,6 +140,13 @@ func (n *Node) OpenStore(ctx context.Context) error {
 	return nil
 }
 
+// ReadStore opens the data dir's store for a reader that builds nothing
+// over it (berth doctor): quiet (its log discarded), and no attachment
+// manager, services or directory remover. The caller closes it.
+func (n *Node) ReadStore(ctx context.Context) (*store.Store, error) {
+	return store.Open(ctx, n.Config.DataDir, store.Options{Logger: slog.New(slog.DiscardHandler)})
+}
+
 // OpenWithoutStore builds an attachment manager for a store that cannot
 // be read (why): it can tidy networks and knows no attachment, so that gc
 // can still sweep the host on its evidence.
