@@ -130,8 +130,7 @@ func (n *Node) OpenStore(ctx context.Context) error {
 		// A pruned record takes its directory with it.
 		OnPrune: func(ids []string) { dirs.Remove(ids...) }})
 	if err != nil {
-		_ = dirs.Close(ctx)
-		return err
+		return errors.Join(err, dirs.Close(ctx))
 	}
 	n.Store, n.Dirs = st, dirs
 	n.Attach = n.manager(st)
