@@ -153,46 +153,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("agent: Run called twice")
 	}
 	a.started = time.Now()
-	cfg := a.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
-	}
-	// One agent per data dir (it resumes jobs and reconciles as their
-	// owner); any number of other berth commands may use the store beside
-	// it. Then the listeners, before the reconcile: a second agent on the
-	// same socket is told at once, not after a host-wide sweep.
-	owner, err := store.LockOwner(cfg.DataDir, "berth agent")
+	ls, err := a.listen()
 	if err != nil {
 		return err
 	}
-	defer owner.Release()
-	ul, err := listenUnix(cfg.API.Socket, a.log)
-	if err != nil {
-		return err
-	}
-	a.unixAddr = cfg.API.Socket
-	defer ul.closeAndRemove()
-	var tl net.Listener
-	if cfg.API.TCPAddress != "" {
-		if tl, err = net.Listen("tcp", cfg.API.TCPAddress); err != nil {
-			return fmt.Errorf("listen on api.tcp_address %s: %w", cfg.API.TCPAddress, err)
-		}
-		defer tl.Close()
-		a.tcpAddr = tl.Addr().String()
-	}
+	defer ls.close()
 	defer a.rejects.close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a.met = metrics.New(reg)
-	n, err := node.New(cfg.Config, node.Options{Logger: a.log, Observer: a.met, Metrics: a.met, Retention: cfg.Retention})
+	n, err := a.openNode(ctx)
 	if err != nil {
 		return err
 	}
-	if err := n.OpenStore(ctx); err != nil {
-		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
-	}
-	a.node = n
 	defer func() {
 		if err := n.Close(ctx); err != nil {
 			a.log.Error("closing drivers and store", "err", err)
@@ -209,21 +179,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// asks right after a restart finds them); those that resume start
 	// once the reconcile is done (start waits for it).
 	a.resumeJobs(ctx)
-	mux := a.routes()
-	serveErr := make(chan error, 2)
-	us := a.server(mux)
-	servers := []*http.Server{us}
-	go func() { serveErr <- serve(us, a.limit(ul), "unix:"+cfg.API.Socket) }()
-	if tl != nil {
-		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
-		servers = append(servers, ts)
-		l := a.limit(tl)
-		if a.set.tls != nil {
-			l = tls.NewListener(l, a.set.tls)
-		}
-		go func() { serveErr <- serve(ts, l, "tcp:"+a.tcpAddr) }()
-	}
-
+	servers, serveErr := a.serveAPI(ls)
 	bgCtx, stopBG := context.WithCancel(a.jobsCtx)
 	bgDone := make(chan struct{})
 	recErr := make(chan error, 1)
@@ -235,28 +191,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	close(a.ready)
 	a.printBanner()
-	a.log.Info("berth agent ready (reconciling in the background)", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", cfg.DataDir, "pid", os.Getpid())
+	a.log.Info("berth agent ready (reconciling in the background)", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", a.cfg.DataDir, "pid", os.Getpid())
 
-	var runErr error
-	drain := a.cfg.DrainOnShutdown
-	select {
-	case <-ctx.Done():
-		if drain {
-			a.log.Info("shutting down (drain_on_shutdown): stopping jobs, tearing their networks down", "reason", context.Cause(ctx))
-		} else {
-			a.log.Info("shutting down: workloads keep running for the next agent (berth agent drain stops them)", "reason", context.Cause(ctx))
-		}
-	case <-a.drainReq:
-		drain = true
-		a.log.Info("draining on request: stopping jobs, tearing their networks down, then exiting")
-	case err := <-serveErr:
-		runErr = fmt.Errorf("API server: %w", err)
-		a.log.Error("API server failed; shutting down", "err", err)
-	case err := <-recErr:
-		runErr = fmt.Errorf("reconcile at start: %w", err)
-		a.log.Error("reconcile at start failed; shutting down", "err", err)
-	}
-
+	drain, runErr := a.awaitShutdown(ctx, serveErr, recErr)
 	stopBG()
 	<-bgDone
 	<-nomadDone
@@ -270,10 +207,124 @@ func (a *Agent) Run(ctx context.Context) error {
 	sctx, cancel := cleanup.Context(ctx, 5*time.Second)
 	defer cancel()
 	for _, s := range servers {
+		// Past the grace period the listeners close anyway (ls.close):
+		// nothing is left to report.
 		_ = s.Shutdown(sctx)
 	}
 	a.log.Info("berth agent stopped")
 	return runErr
+}
+
+// apiListeners are what the agent holds for its life: the data dir's
+// ownership and the API's listeners.
+type apiListeners struct {
+	owner *store.OwnerLock
+	unix  *unixSocket
+	tcp   net.Listener // nil without api.tcp_address
+}
+
+// close releases them, the ownership last.
+func (ls *apiListeners) close() {
+	if ls.tcp != nil {
+		// An error closing a listener leaves nothing to undo.
+		_ = ls.tcp.Close()
+	}
+	if ls.unix != nil {
+		ls.unix.closeAndRemove()
+	}
+	ls.owner.Release()
+}
+
+// listen creates the data dir, takes its ownership and opens the API's
+// listeners. One agent per data dir (it resumes jobs and reconciles as
+// their owner); any number of other berth commands may use the store
+// beside it. The listeners come before the reconcile: a second agent on
+// the same socket is told at once, not after a host-wide sweep.
+func (a *Agent) listen() (*apiListeners, error) {
+	cfg := a.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	owner, err := store.LockOwner(cfg.DataDir, "berth agent")
+	if err != nil {
+		return nil, err
+	}
+	ls := &apiListeners{owner: owner}
+	if ls.unix, err = listenUnix(cfg.API.Socket, a.log); err != nil {
+		ls.close()
+		return nil, err
+	}
+	a.unixAddr = cfg.API.Socket
+	if cfg.API.TCPAddress != "" {
+		if ls.tcp, err = net.Listen("tcp", cfg.API.TCPAddress); err != nil {
+			ls.close()
+			return nil, fmt.Errorf("listen on api.tcp_address %s: %w", cfg.API.TCPAddress, err)
+		}
+		a.tcpAddr = ls.tcp.Addr().String()
+	}
+	return ls, nil
+}
+
+// openNode builds the agent's metrics (a registry of its own: commands
+// other than the agent build none) and its node, and opens the store.
+func (a *Agent) openNode(ctx context.Context) (*node.Node, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.met = metrics.New(reg)
+	n, err := node.New(a.cfg.Config, node.Options{Logger: a.log, Observer: a.met, Metrics: a.met, Retention: a.cfg.Retention})
+	if err != nil {
+		return nil, err
+	}
+	if err := n.OpenStore(ctx); err != nil {
+		return nil, fmt.Errorf("open the store in %s: %w", a.cfg.DataDir, err)
+	}
+	a.node = n
+	return n, nil
+}
+
+// serveAPI serves the API on the unix socket and, when configured, on TCP
+// (token-gated, TLS when set). A server's failure is sent on serveErr.
+func (a *Agent) serveAPI(ls *apiListeners) (servers []*http.Server, serveErr <-chan error) {
+	mux := a.routes()
+	errs := make(chan error, 2)
+	us := a.server(mux)
+	servers = append(servers, us)
+	go func() { errs <- serve(us, a.limit(ls.unix), "unix:"+a.cfg.API.Socket) }()
+	if ls.tcp != nil {
+		ts := a.server(a.uiPage.Gate(a.tokenOK, mux, a.requireToken(mux)))
+		servers = append(servers, ts)
+		l := a.limit(ls.tcp)
+		if a.set.tls != nil {
+			l = tls.NewListener(l, a.set.tls)
+		}
+		go func() { errs <- serve(ts, l, "tcp:"+a.tcpAddr) }()
+	}
+	return servers, errs
+}
+
+// awaitShutdown waits for the reason to stop: ctx ending, a drain request,
+// a failed API server or a failed reconcile. drain says whether the jobs
+// are to be stopped (else they keep running for the next agent).
+func (a *Agent) awaitShutdown(ctx context.Context, serveErr, recErr <-chan error) (drain bool, err error) {
+	drain = a.cfg.DrainOnShutdown
+	select {
+	case <-ctx.Done():
+		if drain {
+			a.log.Info("shutting down (drain_on_shutdown): stopping jobs, tearing their networks down", "reason", context.Cause(ctx))
+		} else {
+			a.log.Info("shutting down: workloads keep running for the next agent (berth agent drain stops them)", "reason", context.Cause(ctx))
+		}
+	case <-a.drainReq:
+		drain = true
+		a.log.Info("draining on request: stopping jobs, tearing their networks down, then exiting")
+	case err := <-serveErr:
+		a.log.Error("API server failed; shutting down", "err", err)
+		return drain, fmt.Errorf("API server: %w", err)
+	case err := <-recErr:
+		a.log.Error("reconcile at start failed; shutting down", "err", err)
+		return drain, fmt.Errorf("reconcile at start: %w", err)
+	}
+	return drain, nil
 }
 
 // background is the agent's work beside the API: the reconcile at start

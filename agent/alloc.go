@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -158,54 +159,105 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	task := r.PathValue("task")
-	known := false
+	if !hasTask(w, al, task) {
+		return
+	}
+	lq, ok := parseLogQuery(w, r.URL.Query())
+	if !ok {
+		return
+	}
+	dead := a.taskDead(al.ID, task)
+	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+lq.typ
+	f, ok := a.openTaskLog(r.Context(), w, al, task, lq, dead)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !lq.follow {
+		defer f.Close()
+		w.WriteHeader(http.StatusOK)
+		// The client may hang up mid-copy: nobody to tell.
+		_, _ = io.Copy(w, f)
+		return
+	}
+	rc := http.NewResponseController(w)
+	// A followed log is a response that lasts: read_timeout bounds the
+	// request, not this. (A writer without deadlines needs none lifted.)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	// Follow closes f, or the file it moved on to.
+	err = logfile.Follow(r.Context(), dir, name, f, w, logfile.FollowOptions{Done: dead, Flush: func() { _ = rc.Flush() }})
+	if err != nil && r.Context().Err() == nil {
+		a.log.Warn("following a log ended early", "alloc_id", al.ID, "task", task, "err", err)
+	}
+}
+
+// hasTask reports whether task is one of al's, answering 404 if not.
+func hasTask(w http.ResponseWriter, al *store.Allocation, task string) bool {
 	var names []string
 	for _, t := range al.Tasks {
-		names = append(names, t.Name)
 		if t.Name == task {
-			known = true
+			return true
 		}
+		names = append(names, t.Name)
 	}
-	if !known {
-		writeError(w, http.StatusNotFound, "allocation %s has no task %q (tasks: %s)", al.ID, task, strings.Join(names, ", "))
-		return
+	writeError(w, http.StatusNotFound, "allocation %s has no task %q (tasks: %s)", al.ID, task, strings.Join(names, ", "))
+	return false
+}
+
+// logQuery is what a log request asks for.
+type logQuery struct {
+	typ    string // stdout or stderr
+	tail   int64  // the last bytes only (0: all)
+	lines  int    // the last lines only (0: all)
+	follow bool
+}
+
+// parseLogQuery reads a log request's parameters, answering 400 when one
+// is bad.
+func parseLogQuery(w http.ResponseWriter, q url.Values) (lq logQuery, ok bool) {
+	var err error
+	lq.typ = q.Get("type")
+	if lq.typ == "" {
+		lq.typ = "stdout"
 	}
-	q := r.URL.Query()
-	typ := q.Get("type")
-	if typ == "" {
-		typ = "stdout"
+	if lq.typ != "stdout" && lq.typ != "stderr" {
+		writeError(w, http.StatusBadRequest, "type %q: use stdout or stderr", lq.typ)
+		return lq, false
 	}
-	if typ != "stdout" && typ != "stderr" {
-		writeError(w, http.StatusBadRequest, "type %q: use stdout or stderr", typ)
-		return
-	}
-	var tail int64
 	if s := q.Get("tail"); s != "" {
-		if tail, err = strconv.ParseInt(s, 10, 64); err != nil || tail < 0 {
+		if lq.tail, err = strconv.ParseInt(s, 10, 64); err != nil || lq.tail < 0 {
 			writeError(w, http.StatusBadRequest, "tail %q: use a number of bytes", s)
-			return
+			return lq, false
 		}
 	}
-	var lines int
 	if s := q.Get("lines"); s != "" {
-		if lines, err = strconv.Atoi(s); err != nil || lines < 0 {
+		if lq.lines, err = strconv.Atoi(s); err != nil || lq.lines < 0 {
 			writeError(w, http.StatusBadRequest, "lines %q: use a number of lines", s)
-			return
+			return lq, false
 		}
 	}
-	if tail > 0 && lines > 0 {
+	if lq.tail > 0 && lq.lines > 0 {
 		writeError(w, http.StatusBadRequest, "give tail (bytes) or lines, not both")
-		return
+		return lq, false
 	}
-	follow := false
 	if s := q.Get("follow"); s != "" {
-		if follow, err = strconv.ParseBool(s); err != nil {
+		if lq.follow, err = strconv.ParseBool(s); err != nil {
 			writeError(w, http.StatusBadRequest, "follow %q: use true or false", s)
-			return
+			return lq, false
 		}
 	}
-	dead := func() bool {
-		ts, live := a.runner.TaskStates(al.ID)
+	return lq, true
+}
+
+// taskDead reports whether the allocation's task is dead (or its
+// allocation no longer runs).
+func (a *Agent) taskDead(allocID, task string) func() bool {
+	return func() bool {
+		ts, live := a.runner.TaskStates(allocID)
 		if !live {
 			return true
 		}
@@ -216,38 +268,43 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		return true
 	}
-	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+typ
+}
+
+// openTaskLog opens the task's log (waiting for it when following a task
+// not started yet) at the offset the query asks for, answering the
+// request itself when it cannot.
+func (a *Agent) openTaskLog(ctx context.Context, w http.ResponseWriter, al *store.Allocation, task string, lq logQuery, dead func() bool) (*os.File, bool) {
+	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+lq.typ
 	// The task can write its allocation dir: what is there by that name
 	// is opened only as logfile.OpenLog allows (a task could plant a
 	// symlink or a hard link to /etc/shadow).
 	f, err := logfile.OpenLog(dir, name)
-	for follow && errors.Is(err, os.ErrNotExist) && !dead() {
+	for lq.follow && errors.Is(err, os.ErrNotExist) && !dead() {
 		// Not written yet: the task is about to start.
 		select {
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return nil, false
 		case <-time.After(250 * time.Millisecond):
 		}
 		f, err = logfile.OpenLog(dir, name)
 	}
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", typ, task, al.ID)
-			return
-		}
-		if errors.Is(err, logfile.ErrUnsafe) {
-			writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %v", typ, task, al.ID, err)
-			return
-		}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", lq.typ, task, al.ID)
+		return nil, false
+	case errors.Is(err, logfile.ErrUnsafe):
+		writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %v", lq.typ, task, al.ID, err)
+		return nil, false
+	case err != nil:
 		writeErr(w, err)
-		return
+		return nil, false
 	}
 	var off int64
 	switch {
-	case tail > 0:
-		off, err = logfile.TailBytes(f, tail)
-	case lines > 0:
-		off, err = logfile.TailLines(f, lines)
+	case lq.tail > 0:
+		off, err = logfile.TailBytes(f, lq.tail)
+	case lq.lines > 0:
+		off, err = logfile.TailLines(f, lq.lines)
 	}
 	if err == nil && off > 0 {
 		_, err = f.Seek(off, io.SeekStart)
@@ -255,28 +312,9 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		f.Close()
 		writeErr(w, fmt.Errorf("log %s of allocation %s: %w", name, al.ID, err))
-		return
+		return nil, false
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if !follow {
-		defer f.Close()
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.Copy(w, f)
-		return
-	}
-	rc := http.NewResponseController(w)
-	// A followed log is a response that lasts: read_timeout bounds the
-	// request, not this.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	w.WriteHeader(http.StatusOK)
-	_ = rc.Flush()
-	// Follow closes f, or the file it moved on to.
-	err = logfile.Follow(r.Context(), dir, name, f, w, logfile.FollowOptions{Done: dead, Flush: func() { _ = rc.Flush() }})
-	if err != nil && r.Context().Err() == nil {
-		a.log.Warn("following a log ended early", "alloc_id", al.ID, "task", task, "err", err)
-	}
+	return f, true
 }
 
 // maxExecCommandBytes bounds an exec request's command (its JSON).
@@ -291,55 +329,24 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	q := r.URL.Query()
-	task, err := taskParam(r)
-	if err != nil {
-		writeErr(w, err)
+	eq, ok := parseExecQuery(w, r)
+	if !ok {
 		return
 	}
-	var cmd []string
-	if s := q.Get("command"); len(s) > maxExecCommandBytes {
-		writeError(w, http.StatusBadRequest, "command is longer than %d bytes", maxExecCommandBytes)
-		return
-	} else if err := json.Unmarshal([]byte(s), &cmd); err != nil || len(cmd) == 0 || cmd[0] == "" {
-		writeError(w, http.StatusBadRequest, `command %q: give the command and its arguments as a JSON array, e.g. ["ip","addr"]`, s)
-		return
-	}
-	tty := false
-	if s := q.Get("tty"); s != "" {
-		if tty, err = strconv.ParseBool(s); err != nil {
-			writeError(w, http.StatusBadRequest, "tty %q: use true or false", s)
-			return
-		}
-	}
-	var rows, cols uint64
-	if tty && q.Get("rows") != "" {
-		rows, err = strconv.ParseUint(q.Get("rows"), 10, 16)
-		if err == nil {
-			cols, err = strconv.ParseUint(q.Get("cols"), 10, 16)
-		}
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "rows %q, cols %q: use the terminal's size", q.Get("rows"), q.Get("cols"))
-			return
-		}
-	}
-	if !api.HeaderHasToken(r.Header.Get("Connection"), "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), api.ExecUpgrade) {
-		writeError(w, http.StatusBadRequest, "exec takes over the connection: send Connection: Upgrade and Upgrade: %s (berth alloc exec does)", api.ExecUpgrade)
-		return
-	}
-	ex, task, err := a.runner.ExecTarget(al.ID, task)
+	ex, task, err := a.runner.ExecTarget(al.ID, eq.task)
 	if err != nil {
 		writeControlErr(w, al, err)
 		return
 	}
-	s, err := newExecStdio(tty)
+	s, err := newExecStdio(eq.tty)
 	if err != nil {
 		writeErr(w, fmt.Errorf("allocation %s: exec: %w", al.ID, err))
 		return
 	}
 	defer s.close()
-	if tty && rows > 0 && cols > 0 {
-		_ = pty.SetSize(s.master, uint16(rows), uint16(cols))
+	if eq.tty && eq.rows > 0 && eq.cols > 0 {
+		// A terminal of the default size is still one: best effort.
+		_ = pty.SetSize(s.master, eq.rows, eq.cols)
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -347,24 +354,82 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
+	// A failure here shows in the write or flush just below.
 	_ = conn.SetDeadline(time.Time{})
 	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.ExecUpgrade + "\r\n\r\n")
 	if err := brw.Flush(); err != nil {
 		return
 	}
-	a.log.Info("exec in allocation", "alloc_id", al.ID, "task", task, "cmd", strings.Join(cmd, " "), "tty", tty, "remote", r.RemoteAddr)
+	a.log.Info("exec in allocation", "alloc_id", al.ID, "task", task, "cmd", strings.Join(eq.cmd, " "), "tty", eq.tty, "remote", r.RemoteAddr)
 	fw := api.NewFrameWriter(brw, brw.Flush)
+	res := a.execSession(al.ID, task, ex, eq, s, brw.Reader, fw)
+	b, _ := json.Marshal(res)
+	// The client may be gone: nobody to tell then.
+	_ = fw.Write(api.FrameExit, b)
+}
 
+// execQuery is what an exec request asks for.
+type execQuery struct {
+	task       string // "" is the group's only task
+	cmd        []string
+	tty        bool
+	rows, cols uint16
+}
+
+// parseExecQuery reads an exec request's parameters and checks that it
+// asks for the upgrade, answering 400 when not.
+func parseExecQuery(w http.ResponseWriter, r *http.Request) (eq execQuery, ok bool) {
+	q := r.URL.Query()
+	var err error
+	if eq.task, err = taskParam(r); err != nil {
+		writeErr(w, err)
+		return eq, false
+	}
+	if s := q.Get("command"); len(s) > maxExecCommandBytes {
+		writeError(w, http.StatusBadRequest, "command is longer than %d bytes", maxExecCommandBytes)
+		return eq, false
+	} else if err := json.Unmarshal([]byte(s), &eq.cmd); err != nil || len(eq.cmd) == 0 || eq.cmd[0] == "" {
+		writeError(w, http.StatusBadRequest, `command %q: give the command and its arguments as a JSON array, e.g. ["ip","addr"]`, s)
+		return eq, false
+	}
+	if s := q.Get("tty"); s != "" {
+		if eq.tty, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "tty %q: use true or false", s)
+			return eq, false
+		}
+	}
+	if eq.tty && q.Get("rows") != "" {
+		var rows, cols uint64
+		rows, err = strconv.ParseUint(q.Get("rows"), 10, 16)
+		if err == nil {
+			cols, err = strconv.ParseUint(q.Get("cols"), 10, 16)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "rows %q, cols %q: use the terminal's size", q.Get("rows"), q.Get("cols"))
+			return eq, false
+		}
+		eq.rows, eq.cols = uint16(rows), uint16(cols)
+	}
+	if !api.HeaderHasToken(r.Header.Get("Connection"), "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), api.ExecUpgrade) {
+		writeError(w, http.StatusBadRequest, "exec takes over the connection: send Connection: Upgrade and Upgrade: %s (berth alloc exec does)", api.ExecUpgrade)
+		return eq, false
+	}
+	return eq, true
+}
+
+// execSession runs the command with s as its stdio, pumping it from the
+// client's frames (br) and to the client (fw), and returns its result.
+func (a *Agent) execSession(allocID, task string, ex driver.Execer, eq execQuery, s *execStdio, br *bufio.Reader, fw *api.FrameWriter) api.ExecResult {
 	// The session ends with the command, with the client's connection
 	// (the command is killed), or with the agent.
 	ctx, cancel := context.WithCancel(a.jobsCtx)
 	defer cancel()
-	go s.readClient(brw.Reader, cancel)
+	go s.readClient(br, cancel)
 	var pumps sync.WaitGroup
 	s.pump(&pumps, fw)
 
-	req := &driver.ExecRequest{Cmd: cmd, Stdin: s.childIn, Stdout: s.childOut, Stderr: s.childErr, TTY: tty}
-	if tty {
+	req := &driver.ExecRequest{Cmd: eq.cmd, Stdin: s.childIn, Stdout: s.childOut, Stderr: s.childErr, TTY: eq.tty}
+	if eq.tty {
 		req.Env = map[string]string{"TERM": "xterm"}
 	}
 	code, err := ex.Exec(ctx, req)
@@ -387,10 +452,9 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, driver.ErrCommandNotFound) {
 			res.ExitCode = 127
 		}
-		a.log.Warn("exec in allocation failed", "alloc_id", al.ID, "task", task, "err", err)
+		a.log.Warn("exec in allocation failed", "alloc_id", allocID, "task", task, "err", err)
 	}
-	b, _ := json.Marshal(res)
-	_ = fw.Write(api.FrameExit, b)
+	return res
 }
 
 // execStdio is the command's stdin, stdout and stderr: three pipes, or one

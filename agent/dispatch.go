@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth/berth/api"
@@ -72,7 +73,7 @@ func (a *Agent) parseRecord(ctx context.Context, rec jobRecord) (*jobspec.Job, e
 
 // dispatchSuffix is what follows jobspec.DispatchIDSeparator in a
 // dispatched job's ID.
-var dispatchSuffix = regexp.MustCompile(`^[0-9]{1,19}-[0-9a-f]{8}$`)
+var dispatchSuffix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,19}-[0-9a-f]{8}$`) })
 
 // validJobID accepts a job ID (validName) or a dispatched child's,
 // "<parent>/dispatch-<unix seconds>-<8 hex digits>".
@@ -84,7 +85,7 @@ func validJobID(id string) error {
 	if err := validName("job ID", parent); err != nil {
 		return err
 	}
-	if !dispatchSuffix.MatchString(suffix) {
+	if !dispatchSuffix().MatchString(suffix) {
 		return fmt.Errorf("%w: job ID %q: a dispatched job's ID is <parent>%s<unix seconds>-<8 hex digits>", ErrInvalidName, id, jobspec.DispatchIDSeparator)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth/berth/api"
@@ -364,11 +365,11 @@ func (a *Agent) handleAllocs(w http.ResponseWriter, r *http.Request) {
 }
 
 // allocIDRE is an allocation ID (a UUID) or a prefix of one.
-var allocIDRE = regexp.MustCompile(`^[0-9a-f][0-9a-f-]{0,35}$`)
+var allocIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f][0-9a-f-]{0,35}$`) })
 
 // findAlloc returns the allocation with that ID or unique ID prefix.
 func (a *Agent) findAlloc(ctx context.Context, id string) (*store.Allocation, error) {
-	if !allocIDRE.MatchString(id) {
+	if !allocIDRE().MatchString(id) {
 		return nil, fmt.Errorf("%w: allocation ID %q: use the ID (a UUID) or a prefix of it", ErrInvalidName, id)
 	}
 	al, err := a.node.Store.GetAllocation(ctx, id)

@@ -48,6 +48,8 @@ func listenUnix(path string, log *slog.Logger) (*unixSocket, error) {
 	if len(tmp) > maxSunPath {
 		tmp = path
 	}
+	// A socket an earlier process of this PID left; should it stay, the
+	// bind below says why.
 	_ = os.Remove(tmp)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
@@ -58,14 +60,12 @@ func listenUnix(path string, log *slog.Logger) (*unixSocket, error) {
 	l.SetUnlinkOnClose(false)
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		l.Close()
-		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("chmod API socket %s: %w", tmp, err)
+		return nil, errors.Join(fmt.Errorf("chmod API socket %s: %w", tmp, err), removeSocket(tmp))
 	}
 	if tmp != path {
 		if err := os.Rename(tmp, path); err != nil {
 			l.Close()
-			_ = os.Remove(tmp)
-			return nil, fmt.Errorf("move API socket into place at %s: %w", path, err)
+			return nil, errors.Join(fmt.Errorf("move API socket into place at %s: %w", path, err), removeSocket(tmp))
 		}
 	}
 	var st syscall.Stat_t
@@ -89,6 +89,16 @@ func (u *unixSocket) closeAndRemove() {
 	u.Close()
 	var st syscall.Stat_t
 	if syscall.Stat(u.path, &st) == nil && st.Dev == u.dev && st.Ino == u.ino {
+		// Nobody to tell at shutdown; a file left behind is a stale
+		// socket the next agent removes before it binds.
 		_ = os.Remove(u.path)
 	}
+}
+
+// removeSocket removes a socket file of ours that failed half-way.
+func removeSocket(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove API socket %s: %w", path, err)
+	}
+	return nil
 }

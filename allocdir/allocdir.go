@@ -20,7 +20,9 @@ import (
 
 // idRE is an allocation ID as the runner makes them (a UUID): nothing else
 // under the root is ever removed.
-var idRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var idRE = sync.OnceValue(func() *regexp.Regexp { // compiled on first use, not at every command's start
+	return regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+})
 
 // batch is how many directories are removed between two looks at the
 // queue (and at ctx); pause is the breath taken between batches, so that
@@ -66,7 +68,7 @@ func (r *Remover) Remove(ids ...string) {
 		return
 	}
 	for _, id := range ids {
-		if idRE.MatchString(id) {
+		if idRE().MatchString(id) {
 			r.queue = append(r.queue, id)
 		}
 	}
@@ -168,7 +170,7 @@ func Unknown(ctx context.Context, root string, known func(context.Context) (map[
 	}
 	var dirs []string
 	for _, e := range ents {
-		if e.IsDir() && idRE.MatchString(e.Name()) {
+		if e.IsDir() && idRE().MatchString(e.Name()) {
 			dirs = append(dirs, e.Name())
 		}
 	}

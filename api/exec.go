@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 )
 
 // berth alloc exec talks to the agent over one HTTP/1.1 connection taken
@@ -150,7 +151,46 @@ type ExecOptions struct {
 
 // Exec runs a command in an allocation's task context (its network
 // namespace, user, cgroup and filesystem) and returns its exit code.
+//
+// Exec reads o.Stdin only until it returns: a Read still blocked when the
+// session ends is interrupted through SetReadDeadline when o.Stdin has it
+// (an *os.File of a pipe or a terminal opened pollable, a net.Conn; its
+// deadline is cleared again), else Exec waits for that Read to return.
 func (c *Client) Exec(ctx context.Context, allocID string, o ExecOptions) (int, error) {
+	conn, err := c.execUpgrade(ctx, allocID, o)
+	if err != nil {
+		return -1, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	fw := NewFrameWriter(conn, nil)
+	stopStdin := pumpStdin(fw, o.Stdin)
+	resizeDone, resizeEnded := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(resizeEnded)
+		pumpResize(fw, o.Resize, resizeDone)
+	}()
+	defer func() {
+		// The connection first: the pumps' writes fail from then on, so
+		// neither sends again nor reads another chunk of stdin.
+		conn.Close()
+		close(resizeDone)
+		stopStdin()
+		<-resizeEnded
+	}()
+	code, err := readExecFrames(bufio.NewReader(conn), o)
+	if err != nil && ctx.Err() != nil {
+		return -1, ctx.Err()
+	}
+	if err != nil && !IsExecError(err) {
+		return -1, fmt.Errorf("agent at %s: exec in %s: %w", c.addr, allocID, err)
+	}
+	return code, err
+}
+
+// execRequest is the GET that asks the agent to upgrade to an exec session.
+func (c *Client) execRequest(ctx context.Context, allocID string, o ExecOptions) (*http.Request, error) {
 	q := url.Values{}
 	cmd, _ := json.Marshal(o.Cmd)
 	q.Set("command", string(cmd))
@@ -167,12 +207,22 @@ func (c *Client) Exec(ctx context.Context, allocID string, o ExecOptions) (int, 
 	path := "/v1/allocation/" + url.PathEscape(allocID) + "/exec?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", ExecUpgrade)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// execUpgrade sends the exec request and returns the connection the agent
+// switched to the exec protocol.
+func (c *Client) execUpgrade(ctx context.Context, allocID string, o ExecOptions) (io.ReadWriteCloser, error) {
+	req, err := c.execRequest(ctx, allocID, o)
+	if err != nil {
+		return nil, err
 	}
 	hc := c.hc
 	if tr, ok := c.hc.Transport.(*http.Transport); ok {
@@ -183,37 +233,48 @@ func (c *Client) Exec(ctx context.Context, allocID string, o ExecOptions) (int, 
 			tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
 		}
 		hc = &http.Client{Transport: tr}
+		// The upgraded connection is no longer the transport's: closing
+		// its idle ones leaves the session open.
 		defer tr.CloseIdleConnections()
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		if isNoAgent(err) {
-			return -1, fmt.Errorf("%w at %s: %v", ErrNoAgent, c.addr, err)
+			return nil, fmt.Errorf("%w at %s: %v", ErrNoAgent, c.addr, err)
 		}
-		return -1, fmt.Errorf("agent at %s: exec in %s: %w", c.addr, allocID, err)
+		return nil, fmt.Errorf("agent at %s: exec in %s: %w", c.addr, allocID, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		if err := checkStatus(resp); err != nil {
-			return -1, err
+			return nil, err
 		}
-		return -1, fmt.Errorf("agent at %s: exec in %s: answered %s, not 101 Switching Protocols", c.addr, allocID, resp.Status)
+		return nil, fmt.Errorf("agent at %s: exec in %s: answered %s, not 101 Switching Protocols", c.addr, allocID, resp.Status)
 	}
 	conn, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
-		return -1, fmt.Errorf("agent at %s: exec in %s: the upgraded connection is not writable", c.addr, allocID)
+		return nil, fmt.Errorf("agent at %s: exec in %s: the upgraded connection is not writable", c.addr, allocID)
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	return conn, nil
+}
 
-	fw := NewFrameWriter(conn, nil)
+// readDeadliner is a reader whose blocked Read can be interrupted.
+type readDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// pumpStdin sends in's bytes as stdin frames, then a stdin-EOF frame (at
+// once when in is nil). The function it returns ends the pump and waits
+// for it: a Read blocked in in is interrupted when in can be (see Exec).
+func pumpStdin(fw *FrameWriter, in io.Reader) (stop func()) {
+	ended := make(chan struct{})
 	go func() {
-		if o.Stdin != nil {
+		defer close(ended)
+		if in != nil {
 			buf := make([]byte, 32<<10)
 			for {
-				n, err := o.Stdin.Read(buf)
+				n, err := in.Read(buf)
 				if n > 0 && fw.Write(FrameStdin, buf[:n]) != nil {
 					return
 				}
@@ -222,30 +283,41 @@ func (c *Client) Exec(ctx context.Context, allocID string, o ExecOptions) (int, 
 				}
 			}
 		}
+		// The agent may have gone: nothing to tell it then.
 		_ = fw.Write(FrameStdinEOF, nil)
 	}()
-	if o.Resize != nil {
-		go func() {
-			for {
-				select {
-				case sz, ok := <-o.Resize:
-					if !ok || fw.Write(FrameResize, ResizePayload(sz[0], sz[1])) != nil {
-						return
-					}
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
+	return func() {
+		d, ok := in.(readDeadliner)
+		if ok && d.SetReadDeadline(time.Now()) == nil {
+			// Left usable for the caller; it took a deadline a moment ago.
+			defer d.SetReadDeadline(time.Time{})
+		}
+		<-ended
 	}
-	br := bufio.NewReader(conn)
+}
+
+// pumpResize sends the terminal's size changes until resize is closed (a
+// nil resize never sends), a write fails or done is closed.
+func pumpResize(fw *FrameWriter, resize <-chan [2]uint16, done <-chan struct{}) {
+	for {
+		select {
+		case sz, ok := <-resize:
+			if !ok || fw.Write(FrameResize, ResizePayload(sz[0], sz[1])) != nil {
+				return
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+// readExecFrames copies the command's output to o.Stdout and o.Stderr
+// until its exit frame, and returns its exit code.
+func readExecFrames(br *bufio.Reader, o ExecOptions) (int, error) {
 	for {
 		typ, p, err := ReadFrame(br)
 		if err != nil {
-			if ctx.Err() != nil {
-				return -1, ctx.Err()
-			}
-			return -1, fmt.Errorf("agent at %s: exec in %s: the connection ended before the command's exit status: %w", c.addr, allocID, err)
+			return -1, fmt.Errorf("the connection ended before the command's exit status: %w", err)
 		}
 		switch typ {
 		case FrameStdout:
@@ -259,7 +331,7 @@ func (c *Client) Exec(ctx context.Context, allocID string, o ExecOptions) (int, 
 		case FrameExit:
 			var r ExecResult
 			if err := json.Unmarshal(p, &r); err != nil {
-				return -1, fmt.Errorf("agent at %s: exec in %s: bad exit frame: %w", c.addr, allocID, err)
+				return -1, fmt.Errorf("bad exit frame: %w", err)
 			}
 			if r.Error != "" {
 				return r.ExitCode, &ExecError{Result: r}

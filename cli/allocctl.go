@@ -121,7 +121,9 @@ terminals). The exit status is the command's. Put "--" before the command when i
 			}
 			o := api.ExecOptions{Task: task, Cmd: command, TTY: tty, Stdout: g.stdout, Stderr: g.stderr}
 			if stdin {
-				o.Stdin = in
+				r, closeIn := interruptibleStdin(in)
+				defer closeIn()
+				o.Stdin = r
 			}
 			if tty && pty.IsTerminal(in) {
 				if rows, cols, err := pty.Size(in); err == nil {
@@ -131,22 +133,11 @@ terminals). The exit status is the command's. Put "--" before the command when i
 				if err != nil {
 					return fmt.Errorf("put the terminal in raw mode: %w", err)
 				}
+				// Best effort on the way out: the exit status is the command's.
 				defer func() { _ = restore() }()
-				winch := make(chan os.Signal, 1)
-				signal.Notify(winch, syscall.SIGWINCH)
-				defer signal.Stop(winch)
 				resize := make(chan [2]uint16, 1)
 				o.Resize = resize
-				go func() {
-					for range winch {
-						if rows, cols, err := pty.Size(in); err == nil {
-							select {
-							case resize <- [2]uint16{rows, cols}:
-							default:
-							}
-						}
-					}
-				}()
+				defer forwardResize(func() (uint16, uint16, error) { return pty.Size(in) }, resize)()
 			}
 			code, err := agentCall(cf, func(c *api.Client) (int, error) { return c.Exec(cmd.Context(), alloc, o) })
 			var ee *api.ExecError
@@ -168,6 +159,56 @@ terminals). The exit status is the command's. Put "--" before the command when i
 	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (default: when stdin and stdout are terminals)")
 	f.StringVar(&task, "task", "", "the task (default: the allocation's only task)")
 	return cmd
+}
+
+// forwardResize sends the terminal's size (from size) on resize at each
+// SIGWINCH, dropping a size when the last one is still unsent. The
+// function it returns stops it and waits for its goroutine to end
+// (signal.Stop does not close the channel, so a range over it never ends).
+func forwardResize(size func() (rows, cols uint16, err error), resize chan<- [2]uint16) (stop func()) {
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			case <-winch:
+			}
+			if rows, cols, err := size(); err == nil {
+				select {
+				case resize <- [2]uint16{rows, cols}:
+				default:
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(winch)
+		close(done)
+		<-ended
+	}
+}
+
+// interruptibleStdin opens stdin a second time when it is a terminal or a
+// pipe: an open file description of its own can be non-blocking, so that
+// api.Exec can interrupt a Read still waiting when the command has exited
+// (and the shell's stdin stays as it was). Anything else is stdin itself:
+// a regular file's Read does not wait, and reopening it would lose its
+// offset.
+func interruptibleStdin(in *os.File) (r *os.File, closeFn func()) {
+	st, err := in.Stat()
+	if err != nil || st.Mode()&(os.ModeCharDevice|os.ModeNamedPipe) == 0 {
+		return in, func() {}
+	}
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", in.Fd()), os.O_RDONLY|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return in, func() {}
+	}
+	// Only read from: closing it loses nothing.
+	return f, func() { _ = f.Close() }
 }
 
 func newAllocStopCmd(g *Globals, cf *ClientFlags) *cobra.Command {

@@ -12,25 +12,22 @@ import (
 	"github.com/berth/berth/node"
 )
 
-// DoctorOptions builds the doctor's inputs from the node's settings. leaks
-// may be nil: the read-only BasicLeakFinder is used then.
+// DoctorOptions builds the doctor's inputs from the node: its settings, its
+// CNI client, netns manager and store. leaks may be nil: the read-only
+// BasicLeakFinder is used then.
 func (g *Globals) DoctorOptions(n *node.Node, leaks doctor.LeakFinder) doctor.Options {
 	if leaks == nil {
-		leaks = doctor.BasicLeakFinder(doctor.BasicLeakOptions{
-			NetnsDir:    g.NetnsDir,
-			DataDir:     g.DataDir,
-			ConfDir:     g.CNIConfigDir,
-			CNICacheDir: g.CNICacheDir,
-		})
+		leaks = basicLeakFinder(g, n)
 	}
 	return doctor.Options{
-		NetnsDir: g.NetnsDir,
-		ConfDir:  g.CNIConfigDir,
-		CNI:      n.CNI,
-		DataDir:  g.DataDir,
-		Podman:   doctor.PodmanOptions{Sockets: doctor.DefaultPodmanSockets(g.DataDir)},
-		Leaks:    leaks,
-		Logger:   g.Logger(),
+		NetnsDir:  g.NetnsDir,
+		ConfDir:   g.CNIConfigDir,
+		CNI:       n.CNI,
+		DataDir:   g.DataDir,
+		OpenStore: n.ReadStore,
+		Podman:    doctor.PodmanOptions{Sockets: doctor.DefaultPodmanSockets(g.DataDir)},
+		Leaks:     leaks,
+		Logger:    g.Logger(),
 	}
 }
 
@@ -56,7 +53,7 @@ With --nomad it also checks the connection to this node's Nomad client agent
 			if err != nil {
 				return err
 			}
-			rep := doctor.Run(cmd.Context(), g.DoctorOptions(n, g.gcLeakFinder()))
+			rep := doctor.Run(cmd.Context(), g.DoctorOptions(n, g.gcLeakFinder(n)))
 			if nf.on {
 				rep = doctor.NewReport(append(rep.Checks, g.nomadChecks(cmd.Context(), &nf)...))
 			}
@@ -80,10 +77,8 @@ With --nomad it also checks the connection to this node's Nomad client agent
 // gcLeakFinder reports what `berth gc --dry-run` would reclaim. When the
 // store cannot be opened (an agent owns it, or it is damaged) the
 // read-only BasicLeakFinder answers instead.
-func (g *Globals) gcLeakFinder() doctor.LeakFinder {
-	basic := doctor.BasicLeakFinder(doctor.BasicLeakOptions{
-		NetnsDir: g.NetnsDir, DataDir: g.DataDir, ConfDir: g.CNIConfigDir, CNICacheDir: g.CNICacheDir,
-	})
+func (g *Globals) gcLeakFinder(n *node.Node) doctor.LeakFinder {
+	basic := basicLeakFinder(g, n)
 	return func(ctx context.Context) ([]doctor.Finding, error) {
 		n, err := g.openNode(ctx)
 		if err != nil {
@@ -105,6 +100,15 @@ func (g *Globals) gcLeakFinder() doctor.LeakFinder {
 		}
 		return out, nil
 	}
+}
+
+// basicLeakFinder is doctor.BasicLeakFinder over the node's netns manager
+// and store.
+func basicLeakFinder(g *Globals, n *node.Node) doctor.LeakFinder {
+	return doctor.BasicLeakFinder(doctor.BasicLeakOptions{
+		Netns: n.Netns, OpenStore: n.ReadStore,
+		DataDir: g.DataDir, ConfDir: g.CNIConfigDir, CNICacheDir: g.CNICacheDir,
+	})
 }
 
 func printDoctor(g *Globals, rep *doctor.Report) {

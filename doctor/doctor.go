@@ -57,6 +57,9 @@ type Options struct {
 	CNI *cni.Client
 	// DataDir is berth's state directory (required for the store check).
 	DataDir string
+	// OpenStore opens the store for the store check (the node's
+	// node.Node.ReadStore); nil checks the data dir only.
+	OpenStore StoreOpener
 	// Podman configures the podman checks.
 	Podman PodmanOptions
 	// Leaks finds what gc would reclaim; nil skips the check.
@@ -125,7 +128,7 @@ func Run(ctx context.Context, o Options) *Report {
 	pctx, cancel := context.WithTimeout(ctx, podmanTimeout)
 	add(CheckPodman(pctx, o.Podman)...)
 	cancel()
-	add(CheckStore(ctx, o.DataDir))
+	add(CheckStore(ctx, o.DataDir, o.OpenStore))
 	add(CheckLeftovers(ctx, o.Leaks))
 
 	for _, c := range checks {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/berth/berth/driver/podman"
 	"github.com/berth/berth/hostclean"
 	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/netns"
 	"github.com/berth/berth/store"
 )
 
@@ -545,6 +547,13 @@ func TestCheckPodman(t *testing.T) {
 	}
 }
 
+// openAt opens the store in dir, as node.Node.ReadStore does.
+func openAt(dir string) StoreOpener {
+	return func(ctx context.Context) (*store.Store, error) {
+		return store.Open(ctx, dir, store.Options{Logger: slog.New(slog.DiscardHandler)})
+	}
+}
+
 // newStore creates a store in a temp data dir holding the attachments.
 func newStore(t *testing.T, atts ...*store.Attachment) string {
 	t.Helper()
@@ -600,7 +609,7 @@ func TestCheckStore(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := CheckStore(ctxFor(t), tc.dir)
+			c := CheckStore(ctxFor(t), tc.dir, openAt(tc.dir))
 			if c.Status != tc.status || !strings.Contains(c.Message+" "+c.Fix, tc.contains) {
 				t.Errorf("got %s %q [fix %q], want %s mentioning %q", c.Status, c.Message, c.Fix, tc.status, tc.contains)
 			}
@@ -608,7 +617,7 @@ func TestCheckStore(t *testing.T) {
 	}
 	// Doctor must not leave files in the data dir, nor create a store.
 	empty := t.TempDir()
-	CheckStore(ctxFor(t), empty)
+	CheckStore(ctxFor(t), empty, openAt(empty))
 	if des, _ := os.ReadDir(empty); len(des) != 0 {
 		t.Errorf("CheckStore left %d file(s) in an empty data dir", len(des))
 	}
@@ -661,7 +670,7 @@ func TestBasicLeakFinder(t *testing.T) {
 
 	find := func(t *testing.T, dataDir, cacheDir string) []Finding {
 		t.Helper()
-		fs, err := BasicLeakFinder(BasicLeakOptions{NetnsDir: "/run/netns", DataDir: dataDir, ConfDir: conf, HostLocalDir: hostLocal, CNICacheDir: cacheDir})(ctxFor(t))
+		fs, err := BasicLeakFinder(BasicLeakOptions{Netns: netns.NewManager("/run/netns"), OpenStore: openAt(dataDir), DataDir: dataDir, ConfDir: conf, HostLocalDir: hostLocal, CNICacheDir: cacheDir})(ctxFor(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -689,7 +698,7 @@ func TestBasicLeakFinder(t *testing.T) {
 				t.Errorf("lease of %s reported: %v", id, fs)
 			}
 		}
-		c := CheckLeftovers(ctxFor(t), BasicLeakFinder(BasicLeakOptions{NetnsDir: "/run/netns", DataDir: known, ConfDir: conf, HostLocalDir: hostLocal, CNICacheDir: cache}))
+		c := CheckLeftovers(ctxFor(t), BasicLeakFinder(BasicLeakOptions{Netns: netns.NewManager("/run/netns"), OpenStore: openAt(known), DataDir: known, ConfDir: conf, HostLocalDir: hostLocal, CNICacheDir: cache}))
 		if c.Status != StatusWarn || !strings.Contains(c.Message, leak) || !strings.Contains(c.Message, unknownLease) || c.Fix == "" {
 			t.Errorf("CheckLeftovers: got %s %q", c.Status, c.Message)
 		}
@@ -799,12 +808,13 @@ func cleanOptions(t *testing.T) Options {
 	netnsDir := t.TempDir()
 	cache := t.TempDir()
 	return Options{
-		NetnsDir: netnsDir,
-		ConfDir:  conf,
-		CNI:      cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache, Rules: hostclean.Rules{}}),
-		DataDir:  data,
-		Podman:   PodmanOptions{Sockets: []string{filepath.Join(t.TempDir(), "none.sock")}},
-		Leaks:    BasicLeakFinder(BasicLeakOptions{NetnsDir: netnsDir, DataDir: data, ConfDir: conf, HostLocalDir: t.TempDir(), CNICacheDir: cache}),
+		NetnsDir:  netnsDir,
+		ConfDir:   conf,
+		CNI:       cni.NewClient(cni.Options{PluginPath: []string{testenv.ReferencePlugins}, CacheDir: cache, Rules: hostclean.Rules{}}),
+		DataDir:   data,
+		OpenStore: openAt(data),
+		Podman:    PodmanOptions{Sockets: []string{filepath.Join(t.TempDir(), "none.sock")}},
+		Leaks:     BasicLeakFinder(BasicLeakOptions{Netns: netns.NewManager(netnsDir), OpenStore: openAt(data), DataDir: data, ConfDir: conf, HostLocalDir: t.TempDir(), CNICacheDir: cache}),
 	}
 }
 
@@ -852,7 +862,8 @@ func TestRunFindsPlantedProblems(t *testing.T) {
 	// The leak: a namespace in the real netns dir that no store knows.
 	leak := leakedNetns(t)
 	o.NetnsDir = "/run/netns"
-	o.Leaks = BasicLeakFinder(BasicLeakOptions{NetnsDir: o.NetnsDir, DataDir: t.TempDir(), ConfDir: o.ConfDir, HostLocalDir: t.TempDir(), CNICacheDir: t.TempDir()})
+	leakData := t.TempDir()
+	o.Leaks = BasicLeakFinder(BasicLeakOptions{Netns: netns.NewManager(o.NetnsDir), OpenStore: openAt(leakData), DataDir: leakData, ConfDir: o.ConfDir, HostLocalDir: t.TempDir(), CNICacheDir: t.TempDir()})
 
 	rep := Run(ctxFor(t), o)
 	if !rep.Failed {

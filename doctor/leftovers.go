@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -89,7 +87,10 @@ func CheckLeftovers(ctx context.Context, find LeakFinder) Check {
 
 // BasicLeakOptions configure BasicLeakFinder. Empty fields take the defaults.
 type BasicLeakOptions struct {
-	NetnsDir     string // netns.DefaultDir
+	// Netns lists the pinned namespaces and OpenStore opens berth's
+	// store: the node's (node.Node.Netns, node.Node.ReadStore); required.
+	Netns        *netns.Manager
+	OpenStore    StoreOpener
 	DataDir      string // berth's store; required
 	ConfDir      string // cni.DefaultConfDir: berth's networks
 	HostLocalDir string // evidence.HostLocalDir
@@ -103,9 +104,6 @@ type BasicLeakOptions struct {
 // cache entries of another runtime or of another berth (another data dir)
 // name are theirs (evidence.Owned) and are not reported.
 func BasicLeakFinder(o BasicLeakOptions) LeakFinder {
-	if o.NetnsDir == "" {
-		o.NetnsDir = netns.DefaultDir
-	}
 	if o.ConfDir == "" {
 		o.ConfDir = cni.DefaultConfDir
 	}
@@ -121,10 +119,10 @@ func BasicLeakFinder(o BasicLeakOptions) LeakFinder {
 }
 
 func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
-	if o.DataDir == "" {
-		return nil, errors.New("find leftovers: no data dir")
+	if o.DataDir == "" || o.Netns == nil || o.OpenStore == nil {
+		return nil, errors.New("find leftovers: no data dir, netns manager or store opener")
 	}
-	recs, err := readRecords(ctx, o.DataDir)
+	recs, err := readRecords(ctx, o.DataDir, o.OpenStore)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +144,7 @@ func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
 	}
 
 	var out []Finding
-	entries, err := netns.NewManager(o.NetnsDir).List(ctx)
+	entries, err := o.Netns.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -194,11 +192,11 @@ func basicLeaks(ctx context.Context, o BasicLeakOptions) ([]Finding, error) {
 
 // readRecords lists the store's attachments without creating a store
 // that does not exist.
-func readRecords(ctx context.Context, dataDir string) ([]*store.Attachment, error) {
+func readRecords(ctx context.Context, dataDir string, open StoreOpener) ([]*store.Attachment, error) {
 	if _, err := os.Stat(filepath.Join(dataDir, store.DBFile)); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	st, err := store.Open(ctx, dataDir, store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	st, err := open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find leftovers: %w", err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -14,10 +12,15 @@ import (
 	"github.com/berth/berth/store"
 )
 
-// CheckStore checks that dataDir is writable and its store readable. A
-// store another process has open (the agent) is fine: it is only reported.
-// A missing store is not created.
-func CheckStore(ctx context.Context, dataDir string) Check {
+// StoreOpener opens berth's store in its data dir for reading; the node
+// provides it (node.Node.ReadStore), so that the doctor opens the store as
+// every other command does. The caller closes the store.
+type StoreOpener func(ctx context.Context) (*store.Store, error)
+
+// CheckStore checks that dataDir is writable and its store readable
+// (opened with open). A store another process has open (the agent) is
+// fine: it is only reported. A missing store is not created.
+func CheckStore(ctx context.Context, dataDir string, open StoreOpener) Check {
 	c := Check{Name: "store"}
 	if dataDir == "" {
 		c.Status, c.Message = StatusSkip, "no data dir given"
@@ -59,7 +62,11 @@ func CheckStore(ctx context.Context, dataDir string) Check {
 		c.Status, c.Message = StatusOK, fmt.Sprintf("data dir %s is writable; no store yet (berth creates %s on first use)", dataDir, store.DBFile)
 		return c
 	}
-	st, err := store.Open(ctx, dataDir, store.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if open == nil {
+		c.Status, c.Message = StatusSkip, fmt.Sprintf("data dir %s is writable; the store was not opened (no store opener given)", dataDir)
+		return c
+	}
+	st, err := open(ctx)
 	switch {
 	case err == nil:
 	case errors.Is(err, store.ErrCorrupt):

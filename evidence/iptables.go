@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Family is an iptables address family, named by its command.
@@ -149,12 +150,12 @@ func Marker(network, id string) string {
 
 // markerRe matches Marker's format anywhere in a line (portmap prefixes
 // it: "dnat name: ...").
-var markerRe = regexp.MustCompile(`name: \\"([^"\\]+)\\" id: \\"([^"\\]+)\\"`)
+var markerRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`name: \\"([^"\\]+)\\" id: \\"([^"\\]+)\\"`) })
 
 // ParseMarker returns the network and container ID a rule line is
 // marked with.
 func ParseMarker(line string) (network, id string, ok bool) {
-	m := markerRe.FindStringSubmatch(line)
+	m := markerRe().FindStringSubmatch(line)
 	if m == nil {
 		return "", "", false
 	}
@@ -164,11 +165,13 @@ func ParseMarker(line string) (network, id string, ok bool) {
 // firewallRe matches the two per-address rules the firewall plugin's
 // iptables backend puts in CNI-FORWARD; they carry no marker, only the
 // address.
-var firewallRe = regexp.MustCompile(`^-A CNI-FORWARD -[ds] ([0-9A-Fa-f.:]+)/(?:32|128) .*-j ACCEPT$`)
+var firewallRe = sync.OnceValue(func() *regexp.Regexp { // compiled on first use, not at every command's start
+	return regexp.MustCompile(`^-A CNI-FORWARD -[ds] ([0-9A-Fa-f.:]+)/(?:32|128) .*-j ACCEPT$`)
+})
 
 // FirewallIP returns the address of a firewall plugin rule.
 func FirewallIP(line string) (net.IP, bool) {
-	m := firewallRe.FindStringSubmatch(line)
+	m := firewallRe().FindStringSubmatch(line)
 	if m == nil {
 		return nil, false
 	}

@@ -14,7 +14,11 @@ import (
 
 	"github.com/berth/berth/cni"
 	"github.com/berth/berth/evidence"
+	"github.com/berth/berth/internal/testenv"
 )
+
+// The rules and chains the tests make are gone when they end.
+func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
 
 // Rules is what CNI DEL is given on a real host.
 var _ cni.RuleRemover = Rules{}
@@ -50,9 +54,7 @@ func TestSharedChain(t *testing.T) {
 // A marked jump to a chain whose own rules carry no marker (portmap's
 // CNI-DN-<hash>): both go.
 func TestRemoveAttachmentRulesUnmarkedChain(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: changes iptables (CI runs as root)")
-	}
+	testenv.RequireRoot(t)
 	ctx := context.Background()
 	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
 	chain := "CNI-DN-bthc" + suffix

@@ -8,6 +8,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -88,114 +89,10 @@ var _ attach.Observer = (*Metrics)(nil)
 // registered. It panics if reg already holds berth's metrics, as
 // MustRegister does: that is a programming error.
 func New(reg *prometheus.Registry) *Metrics {
-	m := &Metrics{
-		gatherer: reg,
-		cniOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cni_operations_total",
-			Help: "CNI operations by verb, network and result (ok or error).",
-		}, []string{"verb", "network", "result"}),
-		cniDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "cni_operation_duration_seconds",
-			Help:    "Duration of CNI operations (the whole plugin chain) by verb and network.",
-			Buckets: CNIBuckets,
-		}, []string{"verb", "network"}),
-		netnsDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "netns_operation_duration_seconds",
-			Help:    "Duration of network namespace operations (create, remove).",
-			Buckets: NetnsBuckets,
-		}, []string{"op"}),
-		netnsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "netns_operation_errors_total",
-			Help: "Failed network namespace operations (create, remove).",
-		}, []string{"op"}),
-		removalBusy: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "netns_removal_busy_total",
-			Help: "Namespace removals whose plain unmount was refused (EBUSY) because something held the namespace; it was detached instead.",
-		}),
-		removalRetry: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "netns_removal_retries_total",
-			Help: "Unlink attempts of namespace pins that had to be repeated (stacked mounts).",
-		}),
-		holdersSeen: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "netns_holders_seen_total",
-			Help: "Processes found holding a namespace being removed, by kind (fd, mount, member).",
-		}, []string{"kind"}),
-		checkFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cni_check_failures_total",
-			Help: "CNI CHECKs that found an existing attachment misconfigured, by network.",
-		}, []string{"network"}),
-		heals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cni_heals_total",
-			Help: "Attempts to recreate an attachment whose CHECK failed, by network and result.",
-		}, []string{"network", "result"}),
-		gcRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "gc_runs_total",
-			Help: "Garbage collection runs by result (ok or error).",
-		}, []string{"result"}),
-		gcReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "gc_reclaimed_total",
-			Help: "Leftovers reclaimed by garbage collection, by kind.",
-		}, []string{"kind"}),
-		allocations: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "allocations",
-			Help: "Allocations known to this agent, by client status.",
-		}, []string{"status"}),
-		allocsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "allocations_total",
-			Help: "Allocations that reached a final client status, by status.",
-		}, []string{"status"}),
-		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "restore_actions_total",
-			Help: "What agents found and did when taking over what a killed or stopped agent left, by action (the allocation event types: Re-attached, Not Re-attached, Adopted Unrecorded, Removed Unrecorded, Exit Recorded, Exit Unknown, Stop Finished).",
-		}, []string{"action"}),
-		pendingTeardowns: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "pending_teardowns",
-			Help: "Attachments whose teardown failed and is waiting to be retried.",
-		}),
-		allocPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "alloc_phase_duration_seconds",
-			Help:    "Duration of allocation phases (netns, add, task, driver_cleanup, del, remove).",
-			Buckets: PhaseBuckets,
-		}, []string{"phase"}),
-		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "http_requests_total",
-			Help: "HTTP API requests by route, method and status code.",
-		}, []string{"route", "method", "code"}),
-		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "http_request_duration_seconds",
-			Help:    "HTTP API request duration by route and method.",
-			Buckets: prometheus.DefBuckets,
-		}, []string{"route", "method"}),
-		nomadReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "nomad_reclaimed_total",
-			Help: "Leftovers of Nomad allocations reclaimed (a nomad block), by kind (netns, cni-cache, lease, iptables) and by the rule that proved them dead (e.g. teardown-failed:alloc-dir, client-gone:cni-cache, teardown-deadline:cni-cache).",
-		}, []string{"kind", "rule"}),
-		nomadAPIErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "nomad_api_errors_total",
-			Help: "Calls to the Nomad API that failed, by call (agent_self, node_allocations, allocation, event_stream); nothing is reclaimed on a failed answer.",
-		}, []string{"call"}),
-		nomadLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "nomad_reclaim_seconds",
-			Help:    "Time from a Nomad allocation turning terminal until berth had removed the namespace it leaked.",
-			Buckets: []float64{.1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 120, 300},
-		}),
-		// A vector without labels: exported only by agents with a nomad
-		// block, so that an alert on 0 means "configured and disconnected".
-		nomadConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "nomad_connected",
-			Help: "1 while the agent follows the Nomad client's event stream, 0 while Nomad does not answer (nothing of Nomad's is reclaimed then); absent without a nomad block.",
-		}, nil),
-		allocSeen: map[string]bool{},
+	m := &Metrics{gatherer: reg, allocSeen: map[string]bool{}}
+	for _, d := range m.table() {
+		reg.MustRegister(d.build())
 	}
-	reg.MustRegister(
-		m.cniOps, m.cniDuration,
-		m.netnsDuration, m.netnsErrors, m.removalBusy, m.removalRetry, m.holdersSeen,
-		m.checkFailures, m.heals,
-		m.gcRuns, m.gcReclaimed,
-		m.allocations, m.allocsTotal, m.restores, m.pendingTeardowns, m.allocPhase,
-		m.httpRequests, m.httpDuration,
-		m.nomadReclaimed, m.nomadAPIErrors, m.nomadLatency, m.nomadConnected,
-	)
 	// The error series exist from the start, so a rate() over them is 0
 	// rather than absent until the first failure.
 	for _, op := range []string{"create", "remove"} {
@@ -207,6 +104,89 @@ func New(reg *prometheus.Registry) *Metrics {
 		m.nomadAPIErrors.WithLabelValues(call)
 	}
 	return m
+}
+
+// metricDef is one of berth's metrics: the field of Metrics its collector
+// goes into (its type says the kind: a counter, gauge or histogram, a
+// vector of them when labelled) and what it is.
+type metricDef struct {
+	into       any
+	name, help string
+	labels     []string
+	buckets    []float64 // histograms only
+}
+
+// build makes d's collector and stores it where d.into points.
+func (d metricDef) build() prometheus.Collector {
+	name := prometheus.BuildFQName(namespace, "", d.name)
+	switch p := d.into.(type) {
+	case *prometheus.Counter:
+		*p = prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: d.help})
+		return *p
+	case **prometheus.CounterVec:
+		*p = prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: d.help}, d.labels)
+		return *p
+	case *prometheus.Gauge:
+		*p = prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: d.help})
+		return *p
+	case **prometheus.GaugeVec:
+		*p = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: d.help}, d.labels)
+		return *p
+	case *prometheus.Histogram:
+		*p = prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: d.help, Buckets: d.buckets})
+		return *p
+	case **prometheus.HistogramVec:
+		*p = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: d.help, Buckets: d.buckets}, d.labels)
+		return *p
+	}
+	panic(fmt.Sprintf("metrics: %s goes into a %T, not a collector field", d.name, d.into))
+}
+
+// table is berth's metrics, each pointing at its field of m.
+func (m *Metrics) table() []metricDef {
+	return []metricDef{
+		{into: &m.cniOps, name: "cni_operations_total", help: "CNI operations by verb, network and result (ok or error).",
+			labels: []string{"verb", "network", "result"}},
+		{into: &m.cniDuration, name: "cni_operation_duration_seconds", help: "Duration of CNI operations (the whole plugin chain) by verb and network.",
+			labels: []string{"verb", "network"}, buckets: CNIBuckets},
+		{into: &m.netnsDuration, name: "netns_operation_duration_seconds", help: "Duration of network namespace operations (create, remove).",
+			labels: []string{"op"}, buckets: NetnsBuckets},
+		{into: &m.netnsErrors, name: "netns_operation_errors_total", help: "Failed network namespace operations (create, remove).",
+			labels: []string{"op"}},
+		{into: &m.removalBusy, name: "netns_removal_busy_total", help: "Namespace removals whose plain unmount was refused (EBUSY) because something held the namespace; it was detached instead."},
+		{into: &m.removalRetry, name: "netns_removal_retries_total", help: "Unlink attempts of namespace pins that had to be repeated (stacked mounts)."},
+		{into: &m.holdersSeen, name: "netns_holders_seen_total", help: "Processes found holding a namespace being removed, by kind (fd, mount, member).",
+			labels: []string{"kind"}},
+		{into: &m.checkFailures, name: "cni_check_failures_total", help: "CNI CHECKs that found an existing attachment misconfigured, by network.",
+			labels: []string{"network"}},
+		{into: &m.heals, name: "cni_heals_total", help: "Attempts to recreate an attachment whose CHECK failed, by network and result.",
+			labels: []string{"network", "result"}},
+		{into: &m.gcRuns, name: "gc_runs_total", help: "Garbage collection runs by result (ok or error).",
+			labels: []string{"result"}},
+		{into: &m.gcReclaimed, name: "gc_reclaimed_total", help: "Leftovers reclaimed by garbage collection, by kind.",
+			labels: []string{"kind"}},
+		{into: &m.allocations, name: "allocations", help: "Allocations known to this agent, by client status.",
+			labels: []string{"status"}},
+		{into: &m.allocsTotal, name: "allocations_total", help: "Allocations that reached a final client status, by status.",
+			labels: []string{"status"}},
+		{into: &m.restores, name: "restore_actions_total", help: "What agents found and did when taking over what a killed or stopped agent left, by action (the allocation event types: Re-attached, Not Re-attached, Adopted Unrecorded, Removed Unrecorded, Exit Recorded, Exit Unknown, Stop Finished).",
+			labels: []string{"action"}},
+		{into: &m.pendingTeardowns, name: "pending_teardowns", help: "Attachments whose teardown failed and is waiting to be retried."},
+		{into: &m.allocPhase, name: "alloc_phase_duration_seconds", help: "Duration of allocation phases (netns, add, task, driver_cleanup, del, remove).",
+			labels: []string{"phase"}, buckets: PhaseBuckets},
+		{into: &m.httpRequests, name: "http_requests_total", help: "HTTP API requests by route, method and status code.",
+			labels: []string{"route", "method", "code"}},
+		{into: &m.httpDuration, name: "http_request_duration_seconds", help: "HTTP API request duration by route and method.",
+			labels: []string{"route", "method"}, buckets: prometheus.DefBuckets},
+		{into: &m.nomadReclaimed, name: "nomad_reclaimed_total", help: "Leftovers of Nomad allocations reclaimed (a nomad block), by kind (netns, cni-cache, lease, iptables) and by the rule that proved them dead (e.g. teardown-failed:alloc-dir, client-gone:cni-cache, teardown-deadline:cni-cache).",
+			labels: []string{"kind", "rule"}},
+		{into: &m.nomadAPIErrors, name: "nomad_api_errors_total", help: "Calls to the Nomad API that failed, by call (agent_self, node_allocations, allocation, event_stream); nothing is reclaimed on a failed answer.",
+			labels: []string{"call"}},
+		{into: &m.nomadLatency, name: "nomad_reclaim_seconds", help: "Time from a Nomad allocation turning terminal until berth had removed the namespace it leaked.", buckets: []float64{.1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 120, 300}},
+		// A vector without labels: exported only by agents with a nomad
+		// block, so that an alert on 0 means "configured and disconnected".
+		{into: &m.nomadConnected, name: "nomad_connected", help: "1 while the agent follows the Nomad client's event stream, 0 while Nomad does not answer (nothing of Nomad's is reclaimed then); absent without a nomad block."},
+	}
 }
 
 // NomadCalls are the calls of package nomad, the values of

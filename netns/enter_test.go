@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/internal/testenv"
 )
 
 func nsInode(t *testing.T, path string) uint64 {
@@ -40,7 +42,7 @@ func TestWithPathOpenFails(t *testing.T) {
 }
 
 func TestWithPathNotANamespace(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	called := false
 	// A directory opens fine; setns refuses it.
 	err := WithPath(t.TempDir(), func() error { called = true; return nil })
@@ -67,7 +69,7 @@ func TestWithPathClosesBeforeReturning(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.path == "/proc/self/ns/net" {
-				requireRoot(t)
+				testenv.RequireRoot(t)
 			}
 			before := openFDs(t)
 			for i := 0; i < 200; i++ {
@@ -90,9 +92,8 @@ func openFDs(t *testing.T) int {
 }
 
 func TestWithPath(t *testing.T) {
-	requireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	testenv.RequireRoot(t)
+	ctx := testenv.Context(t, time.Minute)
 	m := NewManager(filepath.Join(t.TempDir(), "netns"))
 	t.Cleanup(func() { _ = unix.Unmount(m.Dir(), unix.MNT_DETACH) })
 	process := nsInode(t, "/proc/self/ns/net")

@@ -139,11 +139,22 @@ func (m *Manager) Create(ctx context.Context, name string) (string, error) {
 	f.Close()
 
 	if err := pin(path); err != nil {
-		_ = unix.Unmount(path, unix.MNT_DETACH)
-		_ = os.Remove(path)
-		return "", fmt.Errorf("create netns %s: %w", path, err)
+		return "", errors.Join(fmt.Errorf("create netns %s: %w", path, err), unpin(path))
 	}
 	return path, nil
+}
+
+// unpin undoes a pin that failed half-way: the mount, if it was made
+// (EINVAL: it was not), and the mount point.
+func unpin(path string) error {
+	var errs []error
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		errs = append(errs, fmt.Errorf("unmount netns %s: %w", path, err))
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove netns mount point %s: %w", path, err))
+	}
+	return errors.Join(errs...)
 }
 
 // pin unshares a new network namespace and bind-mounts it onto path.
@@ -298,6 +309,8 @@ func RemovePath(ctx context.Context, path string) (*RemoveReport, error) {
 			return rep, fmt.Errorf("remove netns mount point %s after %d retries: %w", path, rep.Retries, err)
 		}
 		rep.Retries++
+		// Peels a stacked mount; EINVAL once none is left. The next
+		// unlink's error is the one that counts.
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		select {
 		case <-ctx.Done():

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth/berth/internal/testenv"
 )
 
 func TestValidateName(t *testing.T) {
@@ -44,16 +46,12 @@ func TestValidateName(t *testing.T) {
 	}
 }
 
-func requireRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces (CI runs as root)")
-	}
-}
+// The namespaces the tests create are gone when they end.
+func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }
 
 func TestCreateRemove(t *testing.T) {
-	requireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	testenv.RequireRoot(t)
+	ctx := testenv.Context(t, time.Minute)
 	m := NewManager(filepath.Join(t.TempDir(), "netns"))
 	t.Cleanup(func() {
 		// The test dir was made a mount point; undo it so TempDir can go.
@@ -105,9 +103,8 @@ func TestCreateRemove(t *testing.T) {
 }
 
 func TestRemoveBusyReportsHolder(t *testing.T) {
-	requireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	testenv.RequireRoot(t)
+	ctx := testenv.Context(t, time.Minute)
 	m := NewManager(filepath.Join(t.TempDir(), "netns"))
 	t.Cleanup(func() { _ = unix.Unmount(m.Dir(), unix.MNT_DETACH) })
 	name := "btns-busy"

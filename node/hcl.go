@@ -7,14 +7,13 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/berth/berth/internal/hcllimit"
 )
 
 // DecodeHCL reads an HCL file into parts: pointers to structs whose
-// fields carry hcl tags (gohcl's), such as a program's own settings and
+// fields carry hcl tags (gohcl's; see decodeBody), such as a program's own settings and
 // the node's Config it embeds, which share the file's top level. What the
 // file leaves out keeps the value it has in parts (the defaults). A
 // setting no part has, a wrong type or bad syntax is an error naming
@@ -29,7 +28,7 @@ func DecodeHCL(src []byte, filename string, parts ...any) error {
 	if diags.HasErrors() {
 		return diagError(diags)
 	}
-	// One struct of every part's fields, so that gohcl checks the file
+	// One struct of every part's fields, so that the file is checked
 	// against all of them at once: an unknown name is reported once, with
 	// a suggestion from any part.
 	type ref struct {
@@ -60,7 +59,7 @@ func DecodeHCL(src []byte, filename string, parts ...any) error {
 	for i, r := range refs {
 		all.Field(i).Set(r.part.Field(r.i))
 	}
-	if diags := gohcl.DecodeBody(f.Body, nil, all.Addr().Interface()); diags.HasErrors() {
+	if diags := decodeBody(f.Body, all); diags.HasErrors() {
 		return diagError(diags)
 	}
 	for i, r := range refs {

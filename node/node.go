@@ -130,14 +130,20 @@ func (n *Node) OpenStore(ctx context.Context) error {
 		// A pruned record takes its directory with it.
 		OnPrune: func(ids []string) { dirs.Remove(ids...) }})
 	if err != nil {
-		_ = dirs.Close(ctx)
-		return err
+		return errors.Join(err, dirs.Close(ctx))
 	}
 	n.Store, n.Dirs = st, dirs
 	n.Attach = n.manager(st)
 	n.Services = service.NewRegistry(st, n.Log)
 	n.Checks = service.NewChecker(0, n.Log)
 	return nil
+}
+
+// ReadStore opens the data dir's store for a reader that builds nothing
+// over it (berth doctor): quiet (its log discarded), and no attachment
+// manager, services or directory remover. The caller closes it.
+func (n *Node) ReadStore(ctx context.Context) (*store.Store, error) {
+	return store.Open(ctx, n.Config.DataDir, store.Options{Logger: slog.New(slog.DiscardHandler)})
 }
 
 // OpenWithoutStore builds an attachment manager for a store that cannot

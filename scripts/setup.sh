@@ -17,12 +17,16 @@
 #   - Nomad v1.6.5 (MPL-2.0) for the Nomad tests, from ../shared/tools/nomad
 #     next to the checkout when that is there (its install.sh verifies the
 #     checksum and does nothing when the binary is in place);
+#   - staticcheck (STATICCHECK_VERSION, with `go install` from the Go module
+#     proxy into $(go env GOPATH)/bin), which scripts/test.sh runs;
 #   - berth itself, berth-supervisor and berth-fetch, built from this checkout (scripts/install.sh): the
 #     binary in /usr/local/bin, bash and zsh completions, the systemd unit
 #     (not enabled) and /etc/berth/berth.hcl. scripts/uninstall.sh removes them.
 set -euo pipefail
 
 CNI_VERSION=v1.10.0
+# staticcheck 2026.2.2: the first release that knows Go 1.26.
+STATICCHECK_VERSION=v0.8.2
 CNI_PLUGINS=(main/bridge ipam/host-local meta/portmap meta/firewall main/loopback meta/tuning ipam/static)
 BERTH_CNI_BIN=${BERTH_CNI_BIN:-/opt/berth/cni/bin}
 CNI_CONF_DIR=${CNI_CONF_DIR:-/etc/cni/net.d}
@@ -126,7 +130,15 @@ elif ! command -v nomad >/dev/null; then
 	log "Nomad not installed and $nomad_tools missing: the Nomad tests will skip (fail with CI=true)"
 fi
 
-# 6. berth itself.
+# 6. staticcheck, the version pinned above (its -version prints it in
+# parentheses: "staticcheck 2026.2.2 (0.8.2)").
+staticcheck="$(go env GOPATH)/bin/staticcheck"
+if ! "$staticcheck" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; then
+	log "installing staticcheck $STATICCHECK_VERSION into $(dirname "$staticcheck")"
+	(cd / && GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION")
+fi
+
+# 7. berth itself.
 bash "$here/install.sh"
 
 log "ok"

@@ -10,6 +10,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
+# staticcheck first (setup installed the pinned version): a finding fails
+# the run. Only on the whole suite, as the fuzzing below.
+if [ $# -eq 0 ]; then
+	"$(go env GOPATH)/bin/staticcheck" ./...
+fi
 go test -race -p 1 -count=1 -timeout 60m "$@" ./...
 # The parsers that read what a request or a job file sends, fuzzed for a
 # bounded number of inputs (a crash there would take down a root agent).

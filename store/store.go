@@ -365,6 +365,8 @@ func (s *Store) withDB(ctx context.Context, write bool, fn func(*bolt.DB) error)
 			err = corruptError(s.path, fmt.Errorf("bbolt panicked: %v", r))
 		}
 		if db != nil {
+			// fn's transaction has committed or failed by now: closing
+			// (the mmap, the file, bbolt's flock) changes nothing on disk.
 			_ = db.Close()
 		}
 	}()
@@ -387,6 +389,14 @@ func (s *Store) checkIdent(db *bolt.DB) error {
 		return nil
 	}
 	return fmt.Errorf("store %s: %w since this berth opened it: restart it to use the new store", s.path, ErrReplaced)
+}
+
+// closeBolt closes a db that is not returned, naming the store.
+func closeBolt(path string, db *bolt.DB) error {
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", path, err)
+	}
+	return nil
 }
 
 // openBolt opens the db file, turning every sign of a damaged file into
@@ -420,6 +430,8 @@ func openBolt(path string, write, first bool) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
+			// Best effort on a damaged file: the corruption is the error
+			// to report.
 			if db != nil {
 				_ = db.Close()
 			} else if file != nil {
@@ -448,12 +460,10 @@ func openBolt(path string, write, first bool) (db *bolt.DB, err error) {
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, errors.Join(fmt.Errorf("open store %s: %w", path, err), closeBolt(path, db))
 	}
 	if err := checkBolt(db, fi.Size()); err != nil {
-		_ = db.Close()
-		return nil, corruptError(path, err)
+		return nil, errors.Join(corruptError(path, err), closeBolt(path, db))
 	}
 	return db, nil
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	gotemplate "text/template"
 	"text/template/parse"
 )
@@ -27,7 +28,7 @@ func (i Issue) String() string {
 
 // parseErrLine finds the line in text/template's "template: NAME:LINE: ..."
 // or "template: NAME:LINE:COL: ...".
-var parseErrLine = regexp.MustCompile(`^template: [^:]*:(\d+)(?::(\d+))?: (.*)$`)
+var parseErrLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^template: [^:]*:(\d+)(?::(\d+))?: (.*)$`) })
 
 // Check parses text as Render would and returns what would keep it from
 // rendering on berth: a syntax error, a function that does not exist, or
@@ -44,14 +45,14 @@ func Check(text, left, right string) []Issue {
 	t, err := gotemplate.New("t").Delims(left, right).Funcs(names()).Parse(text)
 	if err != nil {
 		iss := Issue{Line: 1, Summary: err.Error()}
-		if m := parseErrLine.FindStringSubmatch(err.Error()); m != nil {
+		if m := parseErrLine().FindStringSubmatch(err.Error()); m != nil {
 			iss.Line, _ = strconv.Atoi(m[1])
 			if m[2] != "" {
 				iss.Column, _ = strconv.Atoi(m[2])
 			}
 			iss.Summary = "template: " + m[3]
 		}
-		if fn := undefinedFunc.FindStringSubmatch(iss.Summary); fn != nil {
+		if fn := undefinedFunc().FindStringSubmatch(iss.Summary); fn != nil {
 			iss.Summary = fmt.Sprintf("template function %q does not exist in berth's template language", fn[1])
 			iss.Detail = "berth has Nomad's native functions (env, file, nomadService, nomadServices, sockaddr, ...) and consul-template's helpers; see the README"
 		}
@@ -86,7 +87,7 @@ func Check(text, left, right string) []Issue {
 	return out
 }
 
-var undefinedFunc = regexp.MustCompile(`function "([^"]+)" not defined`)
+var undefinedFunc = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`function "([^"]+)" not defined`) })
 
 // walk calls fn on n and every node below it.
 func walk(n parse.Node, fn func(parse.Node)) {

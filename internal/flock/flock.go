@@ -136,8 +136,11 @@ func (l *Lock) Unlock() {
 		return
 	}
 	if l.transient {
+		// Left behind, the file is only a name: the next holder locks
+		// it as it would a new one.
 		_ = os.Remove(l.path)
 	}
+	// Closing releases the flock whatever it returns; nothing was written.
 	_ = l.f.Close()
 	l.f = nil
 }

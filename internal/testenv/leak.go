@@ -11,9 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/hostclean"
 )
 
 // Snapshot is the part of the host that berth (and its tests) could leak.
@@ -124,6 +121,31 @@ func Leaked(before, after Snapshot) []string {
 	return out
 }
 
+// buildTidyChains builds the command tidychains from this checkout: the
+// shared chains go when nothing uses them, as berth's gc removes them.
+// Built before the tests, run after them (tidySharedChains).
+func buildTidyChains() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "berth-tidychains-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "tidychains")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/internal/testenv/tidychains").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build tidychains: %v\n%s", err, strings.TrimSpace(string(out)))
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// tidySharedChains runs bin (buildTidyChains). A failure is printed; the
+// snapshot after it shows what stayed.
+func tidySharedChains(ctx context.Context, bin string) {
+	if out, err := exec.CommandContext(ctx, bin).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "leak check: tidy shared chains: %v\n%s\n", err, strings.TrimSpace(string(out)))
+	}
+}
+
 // LeakCheckMain runs a test binary's tests between two snapshots of the
 // host and fails the binary if anything was left behind. Shared CNI chains
 // that plugins create on first use and never remove are tidied first (when
@@ -140,6 +162,12 @@ func LeakCheckMain(m *testing.M) int {
 		return 1
 	}
 	defer done()
+	tidy, removeTidy, err := buildTidyChains()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leak check: %v\n", err)
+		return 1
+	}
+	defer removeTidy()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	before, err := TakeSnapshot(ctx)
 	cancel()
@@ -150,10 +178,7 @@ func LeakCheckMain(m *testing.M) int {
 	code := m.Run()
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if unlock, err := attach.LockHost(ctx, "", true); err == nil {
-		_, _ = hostclean.TidySharedChains(ctx, hostclean.Plan{})
-		unlock()
-	}
+	tidySharedChains(ctx, tidy)
 	after, err := TakeSnapshot(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "leak check: after: %v\n", err)

@@ -446,10 +446,12 @@ func (a *Agent) Stop(t testing.TB) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// Fails only when the agent has exited already: a.exited says so.
 	_ = a.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-a.exited:
 	case <-time.After(20 * time.Second):
+		// As above: the wait on a.exited is what counts.
 		_ = a.cmd.Process.Kill()
 		<-a.exited
 	}
@@ -488,6 +490,8 @@ func (a *Agent) endGroup() {
 				continue
 			}
 			if g, err := unix.Getpgid(pid); err == nil && g == pgid {
+				// ESRCH when it exited meanwhile; the next round
+				// counts what is left.
 				_ = unix.Kill(pid, unix.SIGKILL)
 				left++
 			}
@@ -540,6 +544,8 @@ func (a *Agent) cleanup(t testing.TB) {
 			}
 			if err := client.Del(ctx, nil, e.Network, att); err != nil {
 				errs = append(errs, err)
+				// The DEL's error is the one reported; the entry would
+				// only be a stale cache file.
 				_ = os.Remove(e.File)
 			}
 		}
@@ -560,13 +566,19 @@ func (a *Agent) cleanup(t testing.TB) {
 				errs = append(errs, err)
 			}
 		}
-		_ = os.RemoveAll(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, b := range a.bridges() {
+		// Fails when the bridge was never made (a network no task used);
+		// the leak check reports a bridge that stays.
 		_ = exec.Command("ip", "link", "del", b).Run()
 	}
 	removeAdminChain("NOMAD-ADMIN")
-	_ = os.RemoveAll(a.Dir)
+	if err := os.RemoveAll(a.Dir); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		t.Errorf("nomadtest cleanup: %v", errors.Join(errs...))
 	}
