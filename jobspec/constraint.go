@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
@@ -254,8 +255,10 @@ func setContains(have, want string, all bool) bool {
 // is not a dependency of berth.
 
 var (
-	versionRE   = regexp.MustCompile(`^v?([0-9]+(?:\.[0-9]+)*)(?:-([0-9A-Za-z.~-]+))?(?:\+[0-9A-Za-z.~-]+)?$`)
-	verConsRE   = regexp.MustCompile(`^(=|!=|>=|<=|>|<|~>)?\s*(\S+)$`)
+	versionRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^v?([0-9]+(?:\.[0-9]+)*)(?:-([0-9A-Za-z.~-]+))?(?:\+[0-9A-Za-z.~-]+)?$`)
+	})
+	verConsRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(=|!=|>=|<=|>|<|~>)?\s*(\S+)$`) })
 	maxSegments = 16
 )
 
@@ -265,7 +268,7 @@ type version struct {
 }
 
 func parseVersion(s string) (version, error) {
-	m := versionRE.FindStringSubmatch(strings.TrimSpace(s))
+	m := versionRE().FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return version{}, fmt.Errorf("%q is not a version", s)
 	}
@@ -343,7 +346,7 @@ type verConstraints []verConstraint
 func parseVersionConstraints(s string) (verConstraints, error) {
 	var out verConstraints
 	for _, part := range strings.Split(s, ",") {
-		m := verConsRE.FindStringSubmatch(strings.TrimSpace(part))
+		m := verConsRE().FindStringSubmatch(strings.TrimSpace(part))
 		if m == nil {
 			return nil, fmt.Errorf("%q is not a version constraint", strings.TrimSpace(part))
 		}

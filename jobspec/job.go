@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -36,7 +37,7 @@ const (
 	maxInt32           = math.MaxInt32
 )
 
-var portLabelRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var portLabelRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+$`) })
 
 func (p *parser) file(body *hclsyntax.Body) *Job {
 	n := len(p.diags)
@@ -447,7 +448,7 @@ func (p *parser) network(blk *hclsyntax.Block, where string) Network {
 			continue
 		}
 		labels[label] = b
-		if !portLabelRE.MatchString(label) {
+		if !portLabelRE().MatchString(label) {
 			p.fail(b.LabelRanges[0], fmt.Sprintf("port label %q is not allowed", label),
 				"use letters, digits, '_' and '-': the label becomes part of NOMAD_PORT_<label>")
 			continue

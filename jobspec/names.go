@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
@@ -15,7 +16,7 @@ import (
 const maxNameLen = 128
 
 // namespaceRE is Nomad's rule for namespace names.
-var namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`)
+var namespaceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9-]{1,128}$`) })
 
 // nameProblem is the one rule for every name of a job that reaches a
 // path (task log files), CNI_ARGS (job ID, group, namespace, region: pairs
@@ -69,7 +70,7 @@ func (p *parser) checkIdent(r hcl.Range, kind, name string) bool {
 
 // checkNamespace is Nomad's rule for namespaces.
 func (p *parser) checkNamespace(r hcl.Range, ns string) {
-	if !namespaceRE.MatchString(ns) {
+	if !namespaceRE().MatchString(ns) {
 		p.fail(r, fmt.Sprintf("namespace %q is not a valid namespace name", ns), "use 1 to 128 letters, digits and '-', as Nomad requires")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/cronexpr"
@@ -75,7 +76,7 @@ func (p *Periodic) NextN(from time.Time, n int) []time.Time {
 }
 
 var (
-	cronFieldRE = regexp.MustCompile(`\S+`) // cronexpr's own field splitter
+	cronFieldRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\S+`) }) // cronexpr's own field splitter
 	cronAliases = []string{"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"}
 	errCron     = errors.New("a Nomad cron has 5 fields (min hour dom month dow), 6 (+year) or 7 (seconds first), or is one of @hourly, @daily, @weekly, @monthly, @yearly, @annually")
 )
@@ -94,7 +95,7 @@ func parseCron(spec string) (expr *cronexpr.Expression, err error) {
 		if !slices.Contains(cronAliases, trimmed) {
 			return nil, fmt.Errorf("unknown alias or misplaced '@'")
 		}
-	} else if n := len(cronFieldRE.FindAllStringIndex(trimmed, -1)); n < 5 || n > 7 {
+	} else if n := len(cronFieldRE().FindAllStringIndex(trimmed, -1)); n < 5 || n > 7 {
 		return nil, fmt.Errorf("%d fields", n)
 	}
 	return cronexpr.Parse(trimmed)
