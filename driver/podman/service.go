@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -379,7 +380,7 @@ func isServiceOn(cmdline []byte, socket string) bool {
 		return false
 	}
 	s := strings.Join(args[1:], " ")
-	return strings.Contains(s, "system service") && contains(args, "unix://"+socket)
+	return strings.Contains(s, "system service") && slices.Contains(args, "unix://"+socket)
 }
 
 func withoutEnv(env []string, key string) []string {
