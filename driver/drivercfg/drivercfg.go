@@ -31,7 +31,7 @@ func (v Verdict) String() string {
 	case Runs:
 		return "runs"
 	case Accepted:
-		return "accepted, checked, not acted on"
+		return "accepted, not acted on"
 	case Deprecated:
 		return "works, with a warning"
 	case Refused:

@@ -110,7 +110,7 @@ type Auth struct {
 // notYet is why most of Nomad's podman keys are accepted: a job written
 // for Nomad validates, and the keys are checked, but the container is
 // created without them.
-const notYet = "checked at validate, not passed to podman yet"
+const notYet = "not passed to podman yet"
 
 // noPulls is why the image pull keys are accepted.
 const noPulls = "berth pulls no images: they must be in local storage"
