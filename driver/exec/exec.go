@@ -313,7 +313,10 @@ func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err erro
 		return nil, err
 	}
 	statusDir := l.statusDir
-	_ = os.Remove(filepath.Join(statusDir, statusName(t.TaskName)))
+	// An earlier run's status would be read as this run's end.
+	if err := os.Remove(filepath.Join(statusDir, statusName(t.TaskName))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("task %s of alloc %s: removing the last run's exit status: %w", t.TaskName, t.AllocID, err)
+	}
 
 	cg := d.makeCgroup(ctx, t.AllocID+"/"+t.TaskName, d.cgroupName(t.AllocID, t.TaskName))
 	if cg != nil {
