@@ -206,10 +206,13 @@ func (p Policy) Check(tc *TaskConfig) error {
 // validate` and the agent answer for a task's config block.
 func (p Policy) ValidateConfig(cfg map[string]any) error {
 	tc, warns, err := parseConfig(cfg)
-	if err != nil {
-		return errors.Join(append(warns, err)...)
+	if err == nil {
+		err = p.Check(tc)
 	}
-	return errors.Join(append(warns, p.Check(tc))...)
+	if len(warns) == 0 {
+		return err
+	}
+	return errors.Join(append(warns, err)...)
 }
 
 // decoder reads one config block (or a block nested in it) into tc and
