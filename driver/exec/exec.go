@@ -313,7 +313,8 @@ func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err erro
 		return nil, err
 	}
 	statusDir := l.statusDir
-	// An earlier run's status would be read as this run's end.
+	// The supervisor writes this run's status there: where the last
+	// run's cannot be removed, this run's would be lost.
 	if err := os.Remove(filepath.Join(statusDir, statusName(t.TaskName))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("task %s of alloc %s: removing the last run's exit status: %w", t.TaskName, t.AllocID, err)
 	}
