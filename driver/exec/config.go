@@ -3,14 +3,14 @@ package exec
 import (
 	"errors"
 	"fmt"
-	"github.com/berth/berth/internal/helperbin"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/driver/drivercfg"
+	"github.com/berth/berth/internal/helperbin"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error ValidateConfig returns.
@@ -72,7 +72,28 @@ type TaskConfig struct {
 	DeniedEnvvars []string
 }
 
-var knownKeys = []string{"args", "cap_add", "cap_drop", "command", "cwd", "denied_envvars", "ipc_mode", "oom_score_adj", "pid_mode", "work_dir"}
+// isolatedOnly qualifies the keys only exec acts on.
+const isolatedOnly = "exec only: raw_exec is unisolated, as in Nomad"
+
+// configKeys is every key of a raw_exec or exec task's config block: what
+// the drivers do with it, how it is decoded and checked. The order is that
+// of the problems reported.
+var configKeys = drivercfg.Table[*decoder]{
+	drivercfg.Run("command", func(d *decoder, k string) { d.tc.Command = d.required(k) }),
+	drivercfg.Run("args", func(d *decoder, k string) { d.tc.Args = d.strList(k) }),
+	drivercfg.Run("cap_add", func(d *decoder, k string) { d.tc.CapAdd = d.caps(k) }).Note(isolatedOnly),
+	drivercfg.Run("cap_drop", func(d *decoder, k string) { d.tc.CapDrop = d.caps(k) }).Note(isolatedOnly),
+	drivercfg.Run("denied_envvars", func(d *decoder, k string) { d.tc.DeniedEnvvars = d.strList(k) }),
+	drivercfg.Run("work_dir", func(d *decoder, k string) { d.workDir(k) }),
+	drivercfg.Deprecate("cwd", "is berth's old name for work_dir, which is Nomad's: rename it", func(d *decoder, k string) { d.workDir(k) }),
+	drivercfg.Run("pid_mode", func(d *decoder, k string) { d.tc.PIDMode = d.nsMode(k) }).Note(isolatedOnly),
+	drivercfg.Run("ipc_mode", func(d *decoder, k string) { d.tc.IPCMode = d.nsMode(k) }).Note(isolatedOnly),
+	drivercfg.Run("oom_score_adj", func(d *decoder, k string) { d.tc.OOMScoreAdj = d.oomScoreAdj(k) }),
+}
+
+// ConfigKeys is the raw_exec and exec drivers' config keys and verdicts,
+// for the README's table.
+func ConfigKeys() []drivercfg.Row { return configKeys.Rows() }
 
 // capabilities are Linux's by number, under the names Nomad takes (cap_
 // prefix and case do not matter); "all" is -1.
@@ -92,91 +113,106 @@ func init() {
 // parseConfig decodes cfg, reporting every problem found, not just the
 // first. warns are things that work but should change.
 func parseConfig(driverName string, cfg map[string]any) (tc TaskConfig, warns []error, err error) {
-	var errs []error
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, &ConfigError{Driver: driverName, Field: field, Msg: fmt.Sprintf(format, a...)})
+	d := &decoder{driver: driverName, cfg: cfg}
+	if unknown := configKeys.Walk(d, cfg); len(unknown) > 0 {
+		// First, as before the table: the likeliest cause of the others.
+		d.errs = append([]error{&ConfigError{Driver: driverName, Key: unknown[0],
+			Msg: fmt.Sprintf("has unknown keys: %s (known: %s)", strings.Join(unknown, ", "), strings.Join(configKeys.Names(), ", "))}}, d.errs...)
 	}
-
-	var unknown []string
-	for k := range cfg {
-		if !slices.Contains(knownKeys, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		errs = append(errs, &ConfigError{Driver: driverName, Key: unknown[0],
-			Msg: fmt.Sprintf("has unknown keys: %s (known: %s)", strings.Join(unknown, ", "), strings.Join(knownKeys, ", "))})
-	}
-
-	switch v := cfg["command"].(type) {
-	case nil:
-		bad("command", "is required")
-	case string:
-		if strings.TrimSpace(v) == "" {
-			bad("command", "is required")
-		}
-		tc.Command = v
-	default:
-		bad("command", "must be a string, got %T", v)
-	}
-
-	tc.Args = strList(cfg, "args", bad)
-	tc.CapAdd = caps(strList(cfg, "cap_add", bad), "cap_add", bad)
-	tc.CapDrop = caps(strList(cfg, "cap_drop", bad), "cap_drop", bad)
-	tc.DeniedEnvvars = strList(cfg, "denied_envvars", bad)
-
-	if _, ok := cfg["cwd"]; ok {
-		warns = append(warns, &driver.ConfigWarning{Driver: driverName, Field: "cwd",
-			Msg: "is berth's old name for work_dir, which is Nomad's: rename it"})
-	}
-	for _, key := range []string{"work_dir", "cwd"} {
-		switch v := cfg[key].(type) {
-		case nil:
-		case string:
-			if tc.WorkDir != "" && v != tc.WorkDir {
-				bad(key, "conflicts with work_dir (%q vs %q): set only one", v, tc.WorkDir)
-				continue
-			}
-			tc.WorkDir = v
-		default:
-			bad(key, "must be a string, got %T", v)
-		}
-	}
-	for key, dst := range map[string]*string{"pid_mode": &tc.PIDMode, "ipc_mode": &tc.IPCMode} {
-		switch v := cfg[key].(type) {
-		case nil:
-		case string:
-			if v != "" && v != "private" && v != "host" {
-				bad(key, "must be \"private\" or \"host\", got %q", v)
-				continue
-			}
-			*dst = v
-		default:
-			bad(key, "must be a string, got %T", v)
-		}
-	}
-	switch v := cfg["oom_score_adj"].(type) {
-	case nil:
-	case int64:
-		if v < 0 || v > 1000 {
-			bad("oom_score_adj", "must be from 0 to 1000, got %d", v)
-		}
-		tc.OOMScoreAdj = int(v)
-	case int:
-		if v < 0 || v > 1000 {
-			bad("oom_score_adj", "must be from 0 to 1000, got %d", v)
-		}
-		tc.OOMScoreAdj = v
-	default:
-		bad("oom_score_adj", "must be a whole number, got %T", v)
-	}
-	return tc, warns, errors.Join(errs...)
+	return d.tc, d.warns, errors.Join(d.errs...)
 }
 
-func strList(cfg map[string]any, key string, bad func(field, format string, a ...any)) []string {
+// decoder reads one config block into tc and collects every problem.
+type decoder struct {
+	driver string
+	cfg    map[string]any
+	tc     TaskConfig
+	errs   []error
+	warns  []error
+}
+
+func (d *decoder) bad(field, format string, a ...any) {
+	d.errs = append(d.errs, &ConfigError{Driver: d.driver, Field: field, Msg: fmt.Sprintf(format, a...)})
+}
+
+// Warn implements drivercfg.Reporter.
+func (d *decoder) Warn(key, why string) {
+	d.warns = append(d.warns, &driver.ConfigWarning{Driver: d.driver, Field: key, Msg: why})
+}
+
+// Refuse implements drivercfg.Reporter.
+func (d *decoder) Refuse(key, why string) { d.bad(key, "is not supported: %s", why) }
+
+// required reads a string that must not be blank.
+func (d *decoder) required(key string) string {
+	switch v := d.cfg[key].(type) {
+	case nil:
+		d.bad(key, "is required")
+	case string:
+		if strings.TrimSpace(v) == "" {
+			d.bad(key, "is required")
+		}
+		return v
+	default:
+		d.bad(key, "must be a string, got %T", v)
+	}
+	return ""
+}
+
+// workDir reads work_dir or its old name cwd: both may be set only to the
+// same directory.
+func (d *decoder) workDir(key string) {
+	switch v := d.cfg[key].(type) {
+	case nil:
+	case string:
+		if d.tc.WorkDir != "" && v != d.tc.WorkDir {
+			d.bad(key, "conflicts with work_dir (%q vs %q): set only one", v, d.tc.WorkDir)
+			return
+		}
+		d.tc.WorkDir = v
+	default:
+		d.bad(key, "must be a string, got %T", v)
+	}
+}
+
+// nsMode reads pid_mode or ipc_mode.
+func (d *decoder) nsMode(key string) string {
+	switch v := d.cfg[key].(type) {
+	case nil:
+	case string:
+		if v != "" && v != "private" && v != "host" {
+			d.bad(key, "must be \"private\" or \"host\", got %q", v)
+			return ""
+		}
+		return v
+	default:
+		d.bad(key, "must be a string, got %T", v)
+	}
+	return ""
+}
+
+func (d *decoder) oomScoreAdj(key string) int {
+	var n int64
+	switch v := d.cfg[key].(type) {
+	case nil:
+		return 0
+	case int64:
+		n = v
+	case int:
+		n = int64(v)
+	default:
+		d.bad(key, "must be a whole number, got %T", v)
+		return 0
+	}
+	if n < 0 || n > 1000 {
+		d.bad(key, "must be from 0 to 1000, got %d", n)
+	}
+	return int(n)
+}
+
+func (d *decoder) strList(key string) []string {
 	var out []string
-	switch v := cfg[key].(type) {
+	switch v := d.cfg[key].(type) {
 	case nil:
 	case []string:
 		out = append([]string(nil), v...)
@@ -185,23 +221,25 @@ func strList(cfg map[string]any, key string, bad func(field, format string, a ..
 			// Numbers and bools become strings, as in Nomad.
 			s, ok := driver.ConfigString(a)
 			if !ok {
-				bad(fmt.Sprintf("%s[%d]", key, i), "must be a string, got %T", a)
+				d.bad(fmt.Sprintf("%s[%d]", key, i), "must be a string, got %T", a)
 				continue
 			}
 			out = append(out, s)
 		}
 	default:
-		bad(key, "must be a list of strings, got %T", v)
+		d.bad(key, "must be a list of strings, got %T", v)
 	}
 	return out
 }
 
-func caps(l []string, key string, bad func(field, format string, a ...any)) []string {
+// caps reads a list of capability names, lower case without "cap_".
+func (d *decoder) caps(key string) []string {
+	l := d.strList(key)
 	out := make([]string, 0, len(l))
 	for i, c := range l {
 		n := strings.TrimPrefix(strings.ToLower(c), "cap_")
 		if _, ok := capabilities[n]; !ok {
-			bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a Linux capability", c)
+			d.bad(fmt.Sprintf("%s[%d]", key, i), "%q is not a Linux capability", c)
 			continue
 		}
 		out = append(out, n)

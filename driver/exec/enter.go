@@ -91,6 +91,8 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 	}
 	// The helper kills the command on SIGTERM; SIGKILL if it does not end.
 	helper := cmd.Process
+	// Wait below reports how the helper ended; a signal that fails found
+	// it ended already.
 	stop := context.AfterFunc(ctx, func() {
 		_ = helper.Signal(syscall.SIGTERM)
 		time.AfterFunc(5*time.Second, func() { _ = helper.Kill() })

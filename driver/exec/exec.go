@@ -313,7 +313,11 @@ func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err erro
 		return nil, err
 	}
 	statusDir := l.statusDir
-	_ = os.Remove(filepath.Join(statusDir, statusName(t.TaskName)))
+	// The supervisor writes this run's status there: where the last
+	// run's cannot be removed, this run's would be lost.
+	if err := os.Remove(filepath.Join(statusDir, statusName(t.TaskName))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("task %s of alloc %s: removing the last run's exit status: %w", t.TaskName, t.AllocID, err)
+	}
 
 	cg := d.makeCgroup(ctx, t.AllocID+"/"+t.TaskName, d.cgroupName(t.AllocID, t.TaskName))
 	if cg != nil {

@@ -110,10 +110,51 @@ func (d *Driver) taskCaps(tc *TaskConfig, root bool) []int {
 	return out
 }
 
+// prepare turns a task into what its supervisor is to run: the config
+// checked against this node, the user, the environment, the command and
+// its directory resolved as the task will see them.
 func (d *Driver) prepare(t *driver.Task) (*launch, error) {
-	tc, _, err := parseConfig("", t.Config)
+	tc, err := d.startConfig(t.Config)
 	if err != nil {
 		return nil, err
+	}
+	l, err := newLaunch(t, tc.OOMScoreAdj)
+	if err != nil {
+		return nil, err
+	}
+	userName := t.User
+	if userName == "" && d.isolate {
+		userName = DefaultExecUser
+	}
+	if userName != "" {
+		if l.user, err = d.lookupUser(userName); err != nil {
+			return nil, err
+		}
+	}
+	env := denyEnv(t.Env, tc.DeniedEnvvars)
+	pathEnv := defaultPath
+	if p, ok := env["PATH"]; ok {
+		pathEnv = p
+	}
+	if !d.isolate {
+		err = l.resolveRawExec(&tc, pathEnv)
+	} else {
+		err = d.resolveExec(l, t, &tc, env, pathEnv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.env = buildEnv(env)
+	l.args = append([]string{tc.Command}, tc.Args...)
+	return l, nil
+}
+
+// startConfig is the task's config, refused where this node's settings
+// refuse it (the errors name the field, Start names the driver).
+func (d *Driver) startConfig(cfg map[string]any) (TaskConfig, error) {
+	tc, _, err := parseConfig("", cfg)
+	if err != nil {
+		return tc, err
 	}
 	if perrs := d.policy(&tc); len(perrs) > 0 {
 		errs := make([]error, len(perrs))
@@ -121,15 +162,20 @@ func (d *Driver) prepare(t *driver.Task) (*launch, error) {
 			e.Driver = ""
 			errs[i] = e
 		}
-		return nil, errors.Join(errs...)
+		return tc, errors.Join(errs...)
 	}
+	return tc, nil
+}
+
+// newLaunch lays out where the task's logs, status and directory go.
+func newLaunch(t *driver.Task, oomScoreAdj int) (*launch, error) {
 	l := &launch{
 		allocDir:    t.AllocDir,
 		logDir:      t.LogDir,
 		statusDir:   t.LogDir,
 		logMaxFiles: t.Logs.MaxFiles,
 		logMaxSize:  int64(t.Logs.MaxFileSizeMB) << 20,
-		oomScoreAdj: tc.OOMScoreAdj,
+		oomScoreAdj: oomScoreAdj,
 	}
 	if t.Logs.Disabled {
 		l.logDir = ""
@@ -143,50 +189,39 @@ func (d *Driver) prepare(t *driver.Task) (*launch, error) {
 	if t.AllocDir != "" {
 		l.taskDir = driver.TaskDir(t.AllocDir, t.TaskName)
 	}
+	return l, nil
+}
 
-	userName := t.User
-	if userName == "" && d.isolate {
-		userName = DefaultExecUser
-	}
-	if userName != "" {
-		if l.user, err = d.lookupUser(userName); err != nil {
-			return nil, err
-		}
-	}
-
-	env := denyEnv(t.Env, tc.DeniedEnvvars)
-	pathEnv := defaultPath
-	if p, ok := env["PATH"]; ok {
-		pathEnv = p
-	}
-	if !d.isolate {
-		l.dir = l.taskDir
-		if tc.WorkDir != "" {
-			// Checked here so that the error names the config key.
-			if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
-				if err == nil {
-					err = errors.New("not a directory")
-				}
-				return nil, fmt.Errorf("config.work_dir %q: %w", tc.WorkDir, err)
+// resolveRawExec resolves the working directory and the command on the
+// host, as raw_exec's task sees them.
+func (l *launch) resolveRawExec(tc *TaskConfig, pathEnv string) error {
+	l.dir = l.taskDir
+	if tc.WorkDir != "" {
+		// Checked here so that the error names the config key.
+		if fi, err := os.Stat(tc.WorkDir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
 			}
-			l.dir = tc.WorkDir
+			return fmt.Errorf("config.work_dir %q: %w", tc.WorkDir, err)
 		}
-		if l.bin, err = lookPath(tc.Command, pathEnv, l.dir, nil); err != nil {
-			return nil, err
-		}
-		l.env = buildEnv(env)
-		l.args = append([]string{tc.Command}, tc.Args...)
-		return l, nil
+		l.dir = tc.WorkDir
 	}
+	var err error
+	l.bin, err = lookPath(tc.Command, pathEnv, l.dir, nil)
+	return err
+}
 
-	// exec: everything is resolved as the task will see it, inside its root.
+// resolveExec builds exec's isolation (namespaces, capabilities, root,
+// limits) and resolves everything as the task will see it, inside its
+// root; env gets the task's view of its directories.
+func (d *Driver) resolveExec(l *launch, t *driver.Task, tc *TaskConfig, env map[string]string, pathEnv string) error {
 	if t.AllocDir == "" {
-		return nil, errors.New("the exec driver needs an allocation directory to build the task's root in")
+		return errors.New("the exec driver needs an allocation directory to build the task's root in")
 	}
 	l.root = l.taskDir
 	l.newPID = tc.PIDMode != "host"
 	l.newIPC = tc.IPCMode != "host"
-	l.setCaps, l.caps = true, d.taskCaps(&tc, l.user == nil || l.user.uid == 0)
+	l.setCaps, l.caps = true, d.taskCaps(tc, l.user == nil || l.user.uid == 0)
 	l.seccomp = !d.noSeccomp
 	l.mounts = d.rootMounts(t.AllocDir)
 	l.limits = limitsOf(t.Resources)
@@ -197,22 +232,19 @@ func (d *Driver) prepare(t *driver.Task) (*launch, error) {
 	l.dir = "/"
 	if tc.WorkDir != "" {
 		if !filepath.IsAbs(tc.WorkDir) {
-			return nil, fmt.Errorf("config.work_dir %q: must be an absolute path inside the task's root", tc.WorkDir)
+			return fmt.Errorf("config.work_dir %q: must be an absolute path inside the task's root", tc.WorkDir)
 		}
 		if fi, err := os.Stat(inRoot(tc.WorkDir)); err != nil || !fi.IsDir() {
 			if err == nil {
 				err = errors.New("not a directory")
 			}
-			return nil, fmt.Errorf("config.work_dir %q (in the task's root): %w", tc.WorkDir, err)
+			return fmt.Errorf("config.work_dir %q (in the task's root): %w", tc.WorkDir, err)
 		}
 		l.dir = tc.WorkDir
 	}
-	if l.bin, err = lookPath(tc.Command, pathEnv, l.dir, inRoot); err != nil {
-		return nil, err
-	}
-	l.env = buildEnv(env)
-	l.args = append([]string{tc.Command}, tc.Args...)
-	return l, nil
+	var err error
+	l.bin, err = lookPath(tc.Command, pathEnv, l.dir, inRoot)
+	return err
 }
 
 // limitsOf is Nomad's mapping of resources to a cgroup: memory is the hard

@@ -84,6 +84,8 @@ func (d *Driver) Recover(ctx context.Context, th store.TaskHandle) (driver.Handl
 	}
 	if sup != nil {
 		h.sup = sup
+		// Without a pidfd (the task gone, or its PID reused) the handle
+		// falls back to the supervisor's status: nothing to report.
 		h.taskProc, _ = pidfd.Open(th.PID, func(pid int) bool {
 			st, err := proc.ReadStat(pid)
 			return err == nil && st.StartTime == th.PIDStartTime

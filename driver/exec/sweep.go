@@ -112,6 +112,8 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		for _, f := range strings.Fields(string(b)) {
 			if c, err := strconv.Atoi(f); err == nil {
+				// ESRCH is expected (a child gone, or leading no group);
+				// WaitOrKill below reports a supervisor that stays.
 				_ = syscall.Kill(-c, syscall.SIGKILL)
 				_ = syscall.Kill(c, syscall.SIGKILL)
 			}
@@ -119,6 +121,7 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 		if _, err := sup.WaitOrKill(ctx, 10*time.Second); err != nil {
 			return fmt.Errorf("%s: supervisor pid %d: %w", d.name, pid, err)
 		}
+		// ECHILD unless berth started it: init reaps an adopted one.
 		_, _ = sup.Reap()
 		return nil
 	}

@@ -161,7 +161,8 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 			return resp.StatusCode, fmt.Errorf("podman API %s: decoding answer: %w", op, err)
 		}
 	}
-	// Drain so that the connection can be reused.
+	// Drain so that the connection can be reused; a failure costs only
+	// that, the answer is read.
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/driver"
+	"github.com/berth/berth/driver/drivercfg"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every error ValidateConfig returns.
@@ -106,14 +107,77 @@ type Auth struct {
 	TLSVerify *bool
 }
 
-var knownKeys = []string{
-	"apparmor_profile", "args", "auth", "auth_soft_fail", "cap_add", "cap_drop", "command", "cpu_cfs_period",
-	"cpu_hard_limit", "devices", "dns", "entrypoint", "extra_hosts", "force_pull", "hostname", "image",
-	"image_pull_timeout", "init", "init_path", "labels", "logging", "memory_reservation", "memory_swap",
-	"memory_swappiness", "network_mode", "pids_limit", "port_map", "ports", "privileged", "readonly_rootfs",
-	"security_opt", "selinux_opts", "shm_size", "socket", "sysctl", "tmpfs", "tty", "ulimit", "userns",
-	"volumes", "working_dir",
+// notYet is why most of Nomad's podman keys are accepted: a job written
+// for Nomad validates, and the keys are checked, but the container is
+// created without them.
+const notYet = "not passed to podman yet"
+
+// noPulls is why the image pull keys are accepted.
+const noPulls = "berth pulls no images: they must be in local storage"
+
+// configKeys is every key of a podman task's config block: what the
+// driver does with it, how it is decoded and checked. The order is that
+// of the problems reported.
+var configKeys = drivercfg.Table[*decoder]{
+	drivercfg.Run("image", func(d *decoder, k string) { d.tc.Image = d.required(k) }).Note("must be in local storage: berth pulls no images"),
+	drivercfg.Run("command", func(d *decoder, k string) { d.tc.Command = d.str(k) }),
+	drivercfg.Run("working_dir", func(d *decoder, k string) { d.tc.WorkingDir = d.str(k) }),
+	drivercfg.Run("hostname", func(d *decoder, k string) { d.tc.Hostname = d.str(k) }),
+	drivercfg.Run("args", func(d *decoder, k string) { d.tc.Args = d.list(k) }),
+	drivercfg.Run("entrypoint", func(d *decoder, k string) { d.tc.Entrypoint = d.entrypoint(k) }),
+	drivercfg.Run("labels", func(d *decoder, k string) { d.tc.Labels = d.strMap(k) }),
+	drivercfg.Accept("network_mode", notYet, func(d *decoder, k string) { d.tc.NetworkMode = d.networkMode(k) }),
+	drivercfg.Accept("ports", notYet, func(d *decoder, k string) { d.tc.Ports = d.list(k) }),
+	drivercfg.Accept("port_map", notYet, func(d *decoder, k string) { d.tc.PortMap = d.portMap(k) }),
+	drivercfg.Accept("dns", notYet, func(d *decoder, k string) { d.tc.DNS = d.list(k) }),
+	drivercfg.Accept("extra_hosts", notYet, func(d *decoder, k string) { d.tc.ExtraHosts = d.list(k, hostIP) }),
+	drivercfg.Accept("volumes", notYet, func(d *decoder, k string) { d.tc.Volumes = d.list(k, volumeSpec) }),
+	drivercfg.Accept("tmpfs", notYet, func(d *decoder, k string) { d.tc.Tmpfs = d.list(k, tmpfsSpec) }),
+	drivercfg.Accept("devices", notYet, func(d *decoder, k string) { d.tc.Devices = d.list(k, deviceSpec) }),
+	drivercfg.Accept("cap_add", notYet, func(d *decoder, k string) { d.tc.CapAdd = d.list(k) }),
+	drivercfg.Accept("cap_drop", notYet, func(d *decoder, k string) { d.tc.CapDrop = d.list(k) }),
+	drivercfg.Accept("security_opt", notYet, func(d *decoder, k string) { d.tc.SecurityOpt = d.list(k) }),
+	drivercfg.Accept("selinux_opts", notYet, func(d *decoder, k string) { d.tc.SelinuxOpts = d.list(k) }),
+	drivercfg.Accept("apparmor_profile", notYet, func(d *decoder, k string) { d.tc.AppArmor = d.str(k) }),
+	drivercfg.Run("privileged", func(d *decoder, k string) { d.tc.Privileged = d.boolean(k) }).Note("only where the agent's podman_allow_privileged is set"),
+	drivercfg.Accept("readonly_rootfs", notYet, func(d *decoder, k string) { d.tc.ReadonlyRootfs = d.boolean(k) }),
+	drivercfg.Accept("userns", notYet, func(d *decoder, k string) { d.tc.Userns = d.str(k) }),
+	drivercfg.Accept("init", notYet, func(d *decoder, k string) { d.tc.Init = d.boolean(k) }),
+	drivercfg.Accept("init_path", notYet, func(d *decoder, k string) { d.tc.InitPath = d.str(k) }),
+	drivercfg.Accept("tty", notYet, func(d *decoder, k string) { d.tc.TTY = d.boolean(k) }),
+	drivercfg.Accept("sysctl", notYet, func(d *decoder, k string) { d.tc.Sysctl = d.strMap(k) }),
+	drivercfg.Accept("ulimit", notYet, func(d *decoder, k string) { d.tc.Ulimit = d.ulimit(k) }),
+	drivercfg.Accept("shm_size", notYet, func(d *decoder, k string) { d.tc.ShmSize = d.size(k) }),
+	drivercfg.Accept("memory_reservation", notYet, func(d *decoder, k string) { d.tc.MemoryReservation = d.size(k) }),
+	drivercfg.Accept("memory_swap", notYet, func(d *decoder, k string) { d.tc.MemorySwap = d.size(k) }),
+	drivercfg.Accept("memory_swappiness", notYet, func(d *decoder, k string) { d.tc.MemorySwappiness = d.integer(k, 0, 100, -1) }),
+	drivercfg.Accept("pids_limit", notYet, func(d *decoder, k string) { d.tc.PidsLimit = d.integer(k, 0, math.MaxInt32, 0) }),
+	drivercfg.Accept("cpu_hard_limit", notYet, func(d *decoder, k string) { d.tc.CPUHardLimit = d.boolean(k) }),
+	drivercfg.Accept("cpu_cfs_period", notYet, func(d *decoder, k string) { d.tc.CPUCFSPeriod = d.integer(k, 0, 1000000, 0) }),
+	drivercfg.Accept("socket", "berth talks to the agent's own podman service", func(d *decoder, k string) { d.tc.Socket = d.str(k) }),
+	drivercfg.Accept("auth_soft_fail", noPulls, func(d *decoder, k string) { d.tc.AuthSoftFail = d.boolean(k) }),
+	drivercfg.Accept("force_pull", noPulls, func(d *decoder, k string) { d.tc.ForcePull = d.boolean(k) }),
+	drivercfg.Accept("image_pull_timeout", noPulls, func(d *decoder, k string) { d.imagePullTimeout(k) }),
+	drivercfg.Accept("logging", notYet+" (driver nomad or journald, options)", func(d *decoder, k string) { d.nested(k, loggingKeys) }),
+	drivercfg.Accept("auth", noPulls+" (username, password, tls_verify)", func(d *decoder, k string) { d.nested(k, authKeys) }),
 }
+
+// loggingKeys is the logging block's.
+var loggingKeys = drivercfg.Table[*decoder]{
+	drivercfg.Run("driver", func(d *decoder, k string) { d.tc.Logging.Driver = d.logDriver(k) }),
+	drivercfg.Run("options", func(d *decoder, k string) { d.tc.Logging.Options = d.strMap(k) }),
+}
+
+// authKeys is the auth block's.
+var authKeys = drivercfg.Table[*decoder]{
+	drivercfg.Run("username", func(d *decoder, k string) { d.tc.Auth.Username = d.str(k) }),
+	drivercfg.Run("password", func(d *decoder, k string) { d.tc.Auth.Password = d.str(k) }),
+	drivercfg.Run("tls_verify", func(d *decoder, k string) { d.tc.Auth.TLSVerify = d.optBoolean(k) }),
+}
+
+// ConfigKeys is the podman driver's config keys and verdicts, for the
+// README's table.
+func ConfigKeys() []drivercfg.Row { return configKeys.Rows() }
 
 var (
 	sizeRE   = regexp.MustCompile(`^([0-9]+)([bkmgBKMG]?)$`)
@@ -141,18 +205,32 @@ func (p Policy) Check(tc *TaskConfig) error {
 // ValidateConfig is ParseConfig and the policy's Check: what `berth
 // validate` and the agent answer for a task's config block.
 func (p Policy) ValidateConfig(cfg map[string]any) error {
-	tc, err := ParseConfig(cfg)
-	if err != nil {
+	tc, warns, err := parseConfig(cfg)
+	if err == nil {
+		err = p.Check(tc)
+	}
+	if len(warns) == 0 {
 		return err
 	}
-	return p.Check(tc)
+	return errors.Join(append(warns, err)...)
 }
 
-// decoder collects every problem of one config block.
+// decoder reads one config block (or a block nested in it) into tc and
+// collects every problem.
 type decoder struct {
-	cfg  map[string]any
-	errs []error
+	cfg   map[string]any
+	tc    *TaskConfig
+	errs  []error
+	warns []error
 }
+
+// Warn implements drivercfg.Reporter.
+func (d *decoder) Warn(key, why string) {
+	d.warns = append(d.warns, &driver.ConfigWarning{Driver: "podman", Field: key, Msg: why})
+}
+
+// Refuse implements drivercfg.Reporter.
+func (d *decoder) Refuse(key, why string) { d.bad(key, "is not supported: %s", why) }
 
 func (d *decoder) bad(field, format string, a ...any) {
 	d.errs = append(d.errs, &configError{msg: "podman: config." + field + " " + fmt.Sprintf(format, a...), field: field})
@@ -213,7 +291,9 @@ func wholeNumber(v any) (int64, bool) {
 	return 0, false
 }
 
-func (d *decoder) list(key string) []string {
+// list reads a list of strings; each check returns the problem of an
+// element (a format for %q of it), "" when there is none.
+func (d *decoder) list(key string, checks ...func(string) string) []string {
 	v, ok := d.cfg[key]
 	if !ok || v == nil {
 		return nil
@@ -222,7 +302,148 @@ func (d *decoder) list(key string) []string {
 	if !ok {
 		d.bad(key, "must be a list of strings, got %T", v)
 	}
+	for _, e := range l {
+		for _, check := range checks {
+			if msg := check(e); msg != "" {
+				d.bad(key, msg, e)
+			}
+		}
+	}
 	return l
+}
+
+func hostIP(h string) string {
+	if name, ip, ok := strings.Cut(h, ":"); !ok || name == "" || ip == "" {
+		return "%q is not host:ip"
+	}
+	return ""
+}
+
+func volumeSpec(v string) string {
+	if parts := strings.Split(v, ":"); len(parts) < 2 || parts[0] == "" || parts[1] == "" || len(parts) > 3 {
+		return "%q is not source:destination[:options]"
+	}
+	return ""
+}
+
+func tmpfsSpec(t string) string {
+	if !strings.HasPrefix(t, "/") {
+		return "%q must be an absolute path (with :options)"
+	}
+	return ""
+}
+
+func deviceSpec(dev string) string {
+	if !strings.HasPrefix(dev, "/") {
+		return "%q must be host-path[:container-path[:permissions]]"
+	}
+	return ""
+}
+
+// required reads a string that must not be empty; a value of another
+// type is reported as such only.
+func (d *decoder) required(key string) string {
+	s := d.str(key)
+	if _, isStr := d.cfg[key].(string); (isStr || d.cfg[key] == nil) && strings.TrimSpace(s) == "" {
+		d.errs = append(d.errs, &configError{msg: "podman: config." + key + " is required", field: key})
+	}
+	return s
+}
+
+// optBoolean is boolean, nil when the key is absent.
+func (d *decoder) optBoolean(key string) *bool {
+	if _, ok := d.cfg[key]; !ok {
+		return nil
+	}
+	b := d.boolean(key)
+	return &b
+}
+
+// entrypoint is a string or a list of strings.
+func (d *decoder) entrypoint(key string) []string {
+	switch v := d.cfg[key].(type) {
+	case nil:
+		return nil
+	case string:
+		if v == "" {
+			return nil
+		}
+		return []string{v}
+	default:
+		l, ok := stringList(v)
+		if !ok {
+			d.bad(key, "must be a string or a list of strings, got %T", v)
+		}
+		return l
+	}
+}
+
+func (d *decoder) networkMode(key string) string {
+	switch m := d.str(key); {
+	case m == "", m == "bridge", m == "host", m == "none", m == "slirp4netns":
+		return m
+	case strings.HasPrefix(m, "container:") && len(m) > len("container:"),
+		strings.HasPrefix(m, "ns:") && len(m) > len("ns:"),
+		strings.HasPrefix(m, "task:") && len(m) > len("task:"):
+		return m
+	default:
+		d.bad(key, "%q is not a network mode: use \"bridge\", \"host\", \"none\", \"slirp4netns\", \"container:<id>\", \"ns:<path>\" or \"task:<name>\"", m)
+		return m
+	}
+}
+
+// ulimit maps a limit name to "n" or "soft:hard".
+func (d *decoder) ulimit(key string) map[string]string {
+	m := d.strMap(key)
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !ulimitRE.MatchString(m[k]) {
+			d.bad(key+"."+k, "%q is not \"n\" or \"soft:hard\"", m[k])
+		}
+	}
+	return m
+}
+
+func (d *decoder) logDriver(key string) string {
+	s := d.str(key)
+	switch s {
+	case "", "nomad", "journald":
+	default:
+		d.bad(key, "%q is not a log driver: use \"nomad\" or \"journald\"", s)
+	}
+	return s
+}
+
+// imagePullTimeout keeps the default unless the key sets one.
+func (d *decoder) imagePullTimeout(key string) {
+	s := d.str(key)
+	if s == "" {
+		return
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil || dur <= 0 {
+		d.bad(key, "%q is not a positive duration such as \"5m\"", s)
+		return
+	}
+	d.tc.ImagePullTimeout = dur
+}
+
+// nested walks the block at key with its own table, reporting its
+// problems under key.
+func (d *decoder) nested(key string, keys drivercfg.Table[*decoder]) {
+	m := d.block(key)
+	if m == nil {
+		return
+	}
+	sub := &decoder{cfg: m, tc: d.tc}
+	for _, k := range keys.Walk(sub, m) {
+		sub.bad(k, "is not a key of %s (%s)", key, strings.Join(keys.Order(), ", "))
+	}
+	d.nest(key, sub)
 }
 
 func (d *decoder) strMap(key string) map[string]string {
@@ -290,155 +511,27 @@ func (d *decoder) size(key string) int64 {
 // field, e.g. "podman: config.args must be a list of strings"; every
 // problem is reported (errors.Join).
 func ParseConfig(cfg map[string]any) (*TaskConfig, error) {
-	d := &decoder{cfg: cfg}
-	var unknown []string
-	for k := range cfg {
-		if !contains(knownKeys, k) {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		d.errs = append(d.errs, &configError{field: unknown[0], msg: fmt.Sprintf("podman: unknown config key(s) %s (known: %s)",
-			"config."+strings.Join(unknown, ", config."), strings.Join(knownKeys, ", "))})
-	}
+	tc, _, err := parseConfig(cfg)
+	return tc, err
+}
 
-	tc := &TaskConfig{MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute}
-	tc.Image = d.str("image")
-	if _, isStr := cfg["image"].(string); (isStr || cfg["image"] == nil) && strings.TrimSpace(tc.Image) == "" {
-		d.errs = append(d.errs, &configError{msg: "podman: config.image is required", field: "image"})
-	}
-	tc.Command = d.str("command")
-	tc.WorkingDir = d.str("working_dir")
-	tc.Hostname = d.str("hostname")
-	if v, ok := cfg["args"]; ok && v != nil {
-		if tc.Args, ok = stringList(v); !ok {
-			d.bad("args", "must be a list of strings, got %T", v)
-		}
-	}
-	if v, ok := cfg["entrypoint"]; ok && v != nil {
-		if s, isStr := v.(string); isStr {
-			if s != "" {
-				tc.Entrypoint = []string{s}
-			}
-		} else if tc.Entrypoint, ok = stringList(v); !ok {
-			d.bad("entrypoint", "must be a string or a list of strings, got %T", v)
-		}
-	}
-	tc.Labels = d.strMap("labels")
-
-	tc.NetworkMode = d.str("network_mode")
-	switch m := tc.NetworkMode; {
-	case m == "", m == "bridge", m == "host", m == "none", m == "slirp4netns":
-	case strings.HasPrefix(m, "container:") && len(m) > len("container:"),
-		strings.HasPrefix(m, "ns:") && len(m) > len("ns:"),
-		strings.HasPrefix(m, "task:") && len(m) > len("task:"):
-	default:
-		d.bad("network_mode", "%q is not a network mode: use \"bridge\", \"host\", \"none\", \"slirp4netns\", \"container:<id>\", \"ns:<path>\" or \"task:<name>\"", m)
-	}
-	tc.Ports = d.list("ports")
-	if v, ok := cfg["port_map"]; ok && v != nil {
-		tc.PortMap = d.portMap(v)
-	}
-	tc.DNS = d.list("dns")
-	tc.ExtraHosts = d.list("extra_hosts")
-	for _, h := range tc.ExtraHosts {
-		if name, ip, ok := strings.Cut(h, ":"); !ok || name == "" || ip == "" {
-			d.bad("extra_hosts", "%q is not host:ip", h)
-		}
-	}
-	tc.Volumes = d.list("volumes")
-	for _, v := range tc.Volumes {
-		if parts := strings.Split(v, ":"); len(parts) < 2 || parts[0] == "" || parts[1] == "" || len(parts) > 3 {
-			d.bad("volumes", "%q is not source:destination[:options]", v)
-		}
-	}
-	tc.Tmpfs = d.list("tmpfs")
-	for _, t := range tc.Tmpfs {
-		if !strings.HasPrefix(t, "/") {
-			d.bad("tmpfs", "%q must be an absolute path (with :options)", t)
-		}
-	}
-	tc.Devices = d.list("devices")
-	for _, dev := range tc.Devices {
-		if !strings.HasPrefix(dev, "/") {
-			d.bad("devices", "%q must be host-path[:container-path[:permissions]]", dev)
-		}
-	}
-	tc.CapAdd = d.list("cap_add")
-	tc.CapDrop = d.list("cap_drop")
-	tc.SecurityOpt = d.list("security_opt")
-	tc.SelinuxOpts = d.list("selinux_opts")
-	tc.AppArmor = d.str("apparmor_profile")
-	tc.Privileged = d.boolean("privileged")
-	tc.ReadonlyRootfs = d.boolean("readonly_rootfs")
-	tc.Userns = d.str("userns")
-	tc.Init = d.boolean("init")
-	tc.InitPath = d.str("init_path")
-	tc.TTY = d.boolean("tty")
-	tc.Sysctl = d.strMap("sysctl")
-	tc.Ulimit = d.strMap("ulimit")
-	for k, v := range tc.Ulimit {
-		if !ulimitRE.MatchString(v) {
-			d.bad("ulimit."+k, "%q is not \"n\" or \"soft:hard\"", v)
-		}
-	}
-	tc.ShmSize = d.size("shm_size")
-	tc.MemoryReservation = d.size("memory_reservation")
-	tc.MemorySwap = d.size("memory_swap")
-	tc.MemorySwappiness = d.integer("memory_swappiness", 0, 100, -1)
-	tc.PidsLimit = d.integer("pids_limit", 0, math.MaxInt32, 0)
-	tc.CPUHardLimit = d.boolean("cpu_hard_limit")
-	tc.CPUCFSPeriod = d.integer("cpu_cfs_period", 0, 1000000, 0)
-	tc.Socket = d.str("socket")
-	tc.AuthSoftFail = d.boolean("auth_soft_fail")
-	tc.ForcePull = d.boolean("force_pull")
-	if s := d.str("image_pull_timeout"); s != "" {
-		if dur, err := time.ParseDuration(s); err != nil || dur <= 0 {
-			d.bad("image_pull_timeout", "%q is not a positive duration such as \"5m\"", s)
-		} else {
-			tc.ImagePullTimeout = dur
-		}
-	}
-	if m := d.block("logging"); m != nil {
-		sub := &decoder{cfg: m}
-		tc.Logging.Driver = sub.str("driver")
-		tc.Logging.Options = sub.strMap("options")
-		for k := range m {
-			if k != "driver" && k != "options" {
-				sub.bad(k, "is not a key of logging (driver, options)")
-			}
-		}
-		switch tc.Logging.Driver {
-		case "", "nomad", "journald":
-		default:
-			sub.bad("driver", "%q is not a log driver: use \"nomad\" or \"journald\"", tc.Logging.Driver)
-		}
-		d.nest("logging", sub)
-	}
-	if m := d.block("auth"); m != nil {
-		sub := &decoder{cfg: m}
-		tc.Auth.Username = sub.str("username")
-		tc.Auth.Password = sub.str("password")
-		if _, ok := m["tls_verify"]; ok {
-			b := sub.boolean("tls_verify")
-			tc.Auth.TLSVerify = &b
-		}
-		for k := range m {
-			if k != "username" && k != "password" && k != "tls_verify" {
-				sub.bad(k, "is not a key of auth (username, password, tls_verify)")
-			}
-		}
-		d.nest("auth", sub)
+// parseConfig is ParseConfig with the warnings of deprecated keys.
+func parseConfig(cfg map[string]any) (*TaskConfig, []error, error) {
+	d := &decoder{cfg: cfg, tc: &TaskConfig{MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute}}
+	if unknown := configKeys.Walk(d, cfg); len(unknown) > 0 {
+		// First, as before the table: the likeliest cause of the others.
+		d.errs = append([]error{&configError{field: unknown[0], msg: fmt.Sprintf("podman: unknown config key(s) %s (known: %s)",
+			"config."+strings.Join(unknown, ", config."), strings.Join(configKeys.Names(), ", "))}}, d.errs...)
 	}
 	if err := errors.Join(d.errs...); err != nil {
-		return nil, err
+		return nil, d.warns, err
 	}
-	return tc, nil
+	return d.tc, d.warns, nil
 }
 
 // nest reports a nested block's problems under its key.
 func (d *decoder) nest(key string, sub *decoder) {
+	d.warns = append(d.warns, sub.warns...)
 	for _, e := range sub.errs {
 		ce, ok := e.(*configError)
 		if !ok {
@@ -449,7 +542,11 @@ func (d *decoder) nest(key string, sub *decoder) {
 	}
 }
 
-func (d *decoder) portMap(v any) map[string]int {
+func (d *decoder) portMap(key string) map[string]int {
+	v := d.cfg[key]
+	if v == nil {
+		return nil
+	}
 	var maps []map[string]any
 	switch m := v.(type) {
 	case map[string]any:
@@ -544,15 +641,6 @@ func stringMap(key string, v any) (map[string]string, error) {
 		return out, nil
 	}
 	return nil, &configError{msg: fmt.Sprintf("podman: config.%s must be a map of strings, got %T", key, v), field: key}
-}
-
-func contains(l []string, s string) bool {
-	for _, e := range l {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // command is what the container runs: with `command`, it replaces the

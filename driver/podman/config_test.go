@@ -116,6 +116,27 @@ func TestParseConfig(t *testing.T) {
 			},
 		},
 		{
+			name:    "unknown key of a nested block",
+			cfg:     map[string]any{"image": "b", "logging": map[string]any{"drivr": "nomad"}},
+			wantErr: "podman: config.logging.drivr is not a key of logging (driver, options)",
+		},
+		{
+			name:   "unknown keys of auth, sorted",
+			cfg:    map[string]any{"image": "b", "auth": []any{map[string]any{"user": "u", "pass": "p"}}},
+			errAll: []string{"config.auth.pass is not a key of auth (username, password, tls_verify)\npodman: config.auth.user is not a key of auth"},
+			errHas: "config.auth.pass",
+		},
+		{
+			name: "auth without tls_verify",
+			cfg:  map[string]any{"image": "b", "auth": map[string]any{"username": "u"}, "entrypoint": ""},
+			want: &TaskConfig{Image: "b", Auth: Auth{Username: "u"}, MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute},
+		},
+		{
+			name:   "two blocks of logging",
+			cfg:    map[string]any{"image": "b", "logging": []any{map[string]any{}, map[string]any{}}},
+			errHas: "podman: config.logging must be one block, got 2",
+		},
+		{
 			name:   "bad plugin values",
 			cfg:    map[string]any{"image": "b", "network_mode": "weird", "shm_size": "64 megs", "ulimit": map[string]any{"nofile": "lots"}, "logging": map[string]any{"driver": "syslog"}, "memory_swappiness": int64(200)},
 			errHas: "podman: config.network_mode \"weird\" is not a network mode",

@@ -60,6 +60,8 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("%w: podman exec in container %s: %w", driver.ErrExecSetup, h.name, err)
 	}
+	// Wait reports how the command ended; a kill that fails found it
+	// ended already.
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
 	defer stop()
 	err := cmd.Wait()

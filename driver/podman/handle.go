@@ -165,6 +165,8 @@ func (h *handle) Destroy(ctx context.Context) error {
 		}
 	}
 	h.conmon.Close()
-	removeFiles(h.rawLog, h.pidFile, h.d.copyStatePath(h.name))
+	if err := removeFiles(h.rawLog, h.pidFile, h.d.copyStatePath(h.name)); err != nil {
+		return fmt.Errorf("podman: destroy: container %s: %w", h.name, err)
+	}
 	return nil
 }

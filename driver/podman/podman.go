@@ -190,13 +190,14 @@ func (d *Driver) ListByLabel(ctx context.Context, key, value string) ([]string, 
 // Close lets go of berth's service, stopping it if no other berth process
 // uses it. Containers keep running: conmon does not depend on the service.
 func (d *Driver) Close(ctx context.Context) error {
+	var err error
 	d.closeOnce.Do(func() {
 		d.c.close()
 		if d.svc != nil {
-			d.svc.release(ctx)
+			err = d.svc.release(ctx)
 		}
 	})
-	return nil
+	return err
 }
 
 // nameRE is what podman accepts as a container name.
@@ -272,7 +273,10 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	// a crash here leaves is found by its labels (gc's task sweep).
 	fault.Point(fault.AfterContainerCreate)
 	// Files from a run berth did not clean up would be copied again.
-	removeFiles(rawLog, pidFile, d.copyStatePath(name))
+	if err := removeFiles(rawLog, pidFile, d.copyStatePath(name)); err != nil {
+		d.abandon(&handle{d: d, id: id, name: name, rawLog: rawLog, pidFile: pidFile})
+		return nil, fmt.Errorf("podman: container %s: removing an earlier run's files: %w", name, err)
+	}
 
 	h := &handle{d: d, id: id, name: name, allocID: t.AllocID, task: t.TaskName, rawLog: rawLog, pidFile: pidFile}
 	if t.LogDir != "" && !t.Logs.Disabled {
@@ -372,8 +376,7 @@ func (d *Driver) replaceStale(ctx context.Context, name, allocID string) error {
 				if err := d.removeContainer(ctx, e.ID, name, nil); err != nil {
 					return err
 				}
-				removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
-				return nil
+				return removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
 			}
 		}
 	}
@@ -397,7 +400,9 @@ func (d *Driver) Cleanup(ctx context.Context, th store.TaskHandle) error {
 		return fmt.Errorf("podman: cleanup: %w", err)
 	}
 	if th.ContainerName != "" {
-		removeFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName), d.copyStatePath(th.ContainerName))
+		if err := removeFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName), d.copyStatePath(th.ContainerName)); err != nil {
+			return fmt.Errorf("podman: cleanup of container %s: %w", th.ContainerName, err)
+		}
 	}
 	return nil
 }
@@ -466,10 +471,16 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 	return nil
 }
 
-func removeFiles(paths ...string) {
+// removeFiles removes a container's files (raw log, conmon PID file, log
+// copy state); one that is not there is not an error.
+func removeFiles(paths ...string) error {
+	var errs []error
 	for _, p := range paths {
-		_ = os.Remove(p)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
+	return errors.Join(errs...)
 }
 
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {

@@ -100,7 +100,9 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	if err := d.removeContainer(ctx, st.ID, name, nil); err != nil {
 		return fmt.Errorf("podman: %w", err)
 	}
-	removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
+	if err := removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
+		return fmt.Errorf("podman: container %s: %w", name, err)
+	}
 	return nil
 }
 
@@ -148,7 +150,9 @@ func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time)
 			return h, removed, fmt.Errorf("podman: remove container %s of task %s/%s: %w", name, allocID, task, err)
 		}
 		if name != "" {
-			removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
+			if err := removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
+				return h, removed, fmt.Errorf("podman: container %s of task %s/%s: %w", name, allocID, task, err)
+			}
 		}
 		removed = append(removed, "container "+shortContainerID(e.ID))
 	}

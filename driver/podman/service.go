@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,8 @@ func startService(ctx context.Context, podmanBin, socket, conf, stateDir string,
 			return
 		}
 		started <- nil
+		// How it ended is in cmd.ProcessState, which the start's
+		// error reports; stop only waits for the end.
 		_ = cmd.Wait()
 		close(s.exited)
 	}()
@@ -140,8 +143,7 @@ func startService(ctx context.Context, podmanBin, socket, conf, stateDir string,
 		return nil, fmt.Errorf("starting podman service on %s: %w", socket, err)
 	}
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("writing podman service PID file %s: %w", pidFile, err)
+		return nil, errors.Join(fmt.Errorf("writing podman service PID file %s: %w", pidFile, err), s.stop())
 	}
 
 	c := newClient(socket)
@@ -160,22 +162,22 @@ func startService(ctx context.Context, podmanBin, socket, conf, stateDir string,
 		}
 		select {
 		case <-s.exited:
-			_ = os.Remove(pidFile)
-			return nil, fmt.Errorf("%w: podman system service on %s exited (%s): %s",
-				ErrServiceStart, socket, cmd.ProcessState, tail(logPath))
+			return nil, errors.Join(fmt.Errorf("%w: podman system service on %s exited (%s): %s",
+				ErrServiceStart, socket, cmd.ProcessState, tail(logPath)), removeFiles(pidFile))
 		case <-wctx.Done():
-			s.stop()
-			return nil, fmt.Errorf("%w: no answer on %s after %s: %v; podman said: %s",
-				ErrServiceStart, socket, serviceStartTimeout, err, tail(logPath))
+			return nil, errors.Join(fmt.Errorf("%w: no answer on %s after %s: %v; podman said: %s",
+				ErrServiceStart, socket, serviceStartTimeout, err, tail(logPath)), s.stop())
 		case <-t.C:
 		}
 	}
 }
 
 // stop sends SIGTERM, then SIGKILL after a grace period, to the PID berth
-// started, and reaps it.
-func (s *service) stop() {
+// started, reaps it and removes its files.
+func (s *service) stop() error {
 	pid := s.cmd.Process.Pid
+	// The end of the process is what counts, and s.exited says it: a
+	// signal fails only for a process that has ended already.
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
@@ -184,14 +186,16 @@ func (s *service) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
+	s.log.Info("stopped podman service", "socket", s.socket, "pid", pid)
 	// Unless another berth process has started a service on the socket
 	// since this one died (revive): then the files are that one's.
 	if b, err := os.ReadFile(s.pidFile); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid) {
-		_ = os.Remove(s.pidFile)
 		// podman leaves its socket file behind.
-		_ = os.Remove(s.socket)
+		if err := removeFiles(s.pidFile, s.socket); err != nil {
+			return fmt.Errorf("podman service on %s stopped: %w", s.socket, err)
+		}
 	}
-	s.log.Info("stopped podman service", "socket", s.socket, "pid", pid)
+	return nil
 }
 
 // sharedService is berth's podman service on one data dir, as one Driver
@@ -254,8 +258,7 @@ func acquireService(ctx context.Context, podmanBin, socket, conf, stateDir strin
 	}
 	users, err := flock.Acquire(ctx, usersPath, flock.Options{})
 	if err != nil {
-		svc.stop()
-		return nil, fmt.Errorf("podman service on %s: %w", socket, err)
+		return nil, errors.Join(fmt.Errorf("podman service on %s: %w", socket, err), svc.stop())
 	}
 	return &sharedService{users: users, own: svc, stateDir: stateDir, socket: socket, bin: podmanBin, conf: conf, log: log}, nil
 }
@@ -280,7 +283,10 @@ func (s *sharedService) revive(ctx context.Context) error {
 	}
 	pidFile := filepath.Join(s.stateDir, "service.pid")
 	if s.own != nil {
-		s.own.stop()
+		if err := s.own.stop(); err != nil {
+			// The new service writes its own files over them.
+			s.log.Warn("stopping the podman service that no longer answered", "err", err)
+		}
 		s.own = nil
 	} else {
 		reapStaleService(pidFile, s.socket, s.log)
@@ -300,30 +306,32 @@ func (s *sharedService) revive(ctx context.Context) error {
 
 // release lets go of the service, and stops it if no other berth process
 // uses it.
-func (s *sharedService) release(ctx context.Context) {
+func (s *sharedService) release(ctx context.Context) error {
 	lockPath, usersPath := serviceLockPaths(s.stateDir)
 	lk, err := flock.Acquire(ctx, lockPath, flock.Options{Exclusive: true})
 	if err != nil {
 		s.log.Warn("podman service: cannot take the service lock; leaving the service to the next berth", "err", err)
 		s.users.Unlock()
-		return
+		return nil
 	}
 	defer lk.Unlock()
 	s.users.Unlock()
 	last, err := flock.TryAcquire(usersPath, flock.Options{Exclusive: true})
 	if err != nil {
-		return // another berth process still uses it
+		return nil // another berth process still uses it
 	}
 	defer last.Unlock()
 	s.mu.Lock()
 	own := s.own
 	s.mu.Unlock()
 	if own != nil {
-		own.stop()
-		return
+		return own.stop()
 	}
 	reapStaleService(filepath.Join(s.stateDir, "service.pid"), s.socket, s.log)
-	_ = os.Remove(s.socket)
+	if err := removeFiles(s.socket); err != nil {
+		return fmt.Errorf("podman service on %s: %w", s.socket, err)
+	}
+	return nil
 }
 
 // liveService is the PID in pidFile if it is a podman service on socket.
@@ -365,6 +373,7 @@ func reapStaleService(pidFile, socket string, log *slog.Logger) {
 	}
 	defer p.Close()
 	log.Warn("stopping podman service left by a previous berth", "pid", pid, "socket", socket)
+	// WaitOrKill below kills what SIGTERM did not end, and reports.
 	_ = p.Signal(unix.SIGTERM)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*serviceStopGrace)
 	defer cancel()
@@ -379,7 +388,7 @@ func isServiceOn(cmdline []byte, socket string) bool {
 		return false
 	}
 	s := strings.Join(args[1:], " ")
-	return strings.Contains(s, "system service") && contains(args, "unix://"+socket)
+	return strings.Contains(s, "system service") && slices.Contains(args, "unix://"+socket)
 }
 
 func withoutEnv(env []string, key string) []string {
