@@ -105,6 +105,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
@@ -256,6 +257,7 @@ func (r *Runner) StopAdopted(ctx context.Context, job *jobspec.Job, rec *store.A
 	if g := groupNamed(job, rec.Group); g != nil {
 		a.group = g
 	}
+	a.net = planNetwork(a.group.Network, r.o.Bridge)
 	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", rec.Group)
 	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
 	if a.alloc.TimingsMS == nil {
@@ -360,17 +362,8 @@ func countHandles(hs []driver.Handle) int {
 // restoreNetwork gives the allocation the address and ports its record
 // has, as the tasks' environment needs them.
 func (a *allocRun) restoreNetwork() {
-	n := a.alloc.Network
-	if n == nil {
-		return
-	}
-	a.ports = nil
-	for _, p := range n.Ports {
-		a.ports = append(a.ports, portPlan{Label: p.Label, HostPort: p.HostPort, ContainerPort: p.To})
-	}
-	a.ip = hostIP
-	if len(n.IPv4) > 0 {
-		a.ip, _, _ = strings.Cut(n.IPv4[0], "/")
+	if n := a.alloc.Network; n != nil {
+		a.net.restore(n)
 	}
 }
 
@@ -519,15 +512,11 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		what = "the namespace vanished while no agent ran"
 	}
 	a.restoreEvent(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
-	mode := a.group.Network.Mode
 	// The heal's teardown and setup steps are crash points of their own
 	// (heal/after-del, ...).
-	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope), networkName(mode, a.r.o.Bridge))
+	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope))
 	if err != nil {
 		return "", fmt.Errorf("network CHECK failed: %v; healing it failed: %w", cerr, err)
-	}
-	if len(nst.IPv4) > 0 {
-		a.ip, _, _ = strings.Cut(nst.IPv4[0], "/")
 	}
 	msg := fmt.Sprintf("CHECK failed (%v): namespace %s torn down and made again (DEL, remove, recreate, ADD), address %s", cerr, nst.NetnsPath, strings.Join(nst.IPv4, ","))
 	if len(names) > 0 {

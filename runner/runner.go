@@ -204,8 +204,9 @@ type allocRun struct {
 	alloc *store.Allocation
 	log   *slog.Logger
 	dir   string
-	ports []portPlan
-	ip    string
+	// net is the group's network resolved for this allocation: the only
+	// reader of its mode.
+	net netPlan
 	// lastExit is when the last task process exited, to measure how long
 	// the namespace outlives the workload.
 	lastExit time.Time
@@ -279,6 +280,7 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, id)
 	defer r.unregister(a, id)
 	defer func() {
@@ -387,20 +389,19 @@ func (a *allocRun) timing(phase string, d time.Duration) {
 
 func (a *allocRun) run(ctx context.Context) {
 	start := time.Now()
-	mode := a.group.Network.Mode
-	netName := networkName(mode, a.r.o.Bridge)
+	namespaced := a.net.namespaced()
 	netns := ""
 	if err := os.MkdirAll(a.dir, 0o750); err != nil {
 		a.finish(ctx, fmt.Errorf("create alloc dir %s: %w", a.dir, err), false)
 		return
 	}
 
-	if netName != "" {
+	if namespaced {
 		a.phase(ctx, PhaseNetwork)
 		// A stop while the plugins run must not kill them half-way: the
 		// setup finishes (bounded by the CNI timeouts), then the tasks are
 		// skipped and the network torn down.
-		st, err := a.setupNetwork(context.WithoutCancel(ctx), netName)
+		st, err := a.setupNetwork(context.WithoutCancel(ctx))
 		if err != nil {
 			// Setup undoes itself; the teardown finishes whatever it
 			// could not (it is idempotent).
@@ -408,26 +409,19 @@ func (a *allocRun) run(ctx context.Context) {
 			return
 		}
 		netns = st.NetnsPath
-		if len(st.IPv4) > 0 {
-			a.ip, _, _ = strings.Cut(st.IPv4[0], "/")
-		}
 	} else {
-		a.alloc.Network = &store.NetworkStatus{Mode: mode}
-		var err error
-		if a.ports, err = planPorts(a.group.Network.Ports, mode); err != nil {
+		ns, err := a.net.hostOnly()
+		a.alloc.Network = ns
+		if err != nil {
 			a.finish(ctx, err, false)
 			return
 		}
-		a.ip = "127.0.0.1"
 	}
 	// Recorded with the first task's handle, one write fewer.
 	a.mu.Lock()
 	a.alloc.Status = store.AllocRunning
 	if a.alloc.Network != nil {
-		a.alloc.Network.Ports = nil
-		for _, p := range a.ports {
-			a.alloc.Network.Ports = append(a.alloc.Network.Ports, store.PortMapping{Label: p.Label, HostIP: hostIP, HostPort: p.HostPort, To: p.ContainerPort})
-		}
+		a.alloc.Network.Ports = a.net.recordPorts()
 	}
 	a.mu.Unlock()
 	if a.started != nil && ctx.Err() == nil && !a.announceLater() {
@@ -436,14 +430,14 @@ func (a *allocRun) run(ctx context.Context) {
 
 	if ctx.Err() != nil {
 		a.event("Killed", "allocation stopped before its tasks started")
-		a.finish(ctx, nil, netName != "")
+		a.finish(ctx, nil, namespaced)
 		return
 	}
 	if a.r.Detached() {
 		a.detachRecord(ctx)
 		return
 	}
-	a.runAndFinish(ctx, netns, netName != "", a.takeFound(), start)
+	a.runAndFinish(ctx, netns, namespaced, a.takeFound(), start)
 }
 
 // runAndFinish runs the group's tasks (resuming those of handles, when
@@ -462,49 +456,17 @@ func (a *allocRun) runAndFinish(ctx context.Context, netns string, hasNetwork bo
 	a.finish(ctx, err, hasNetwork)
 }
 
-func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.Status, error) {
-	g := a.group
-	var err error
-	if a.ports, err = planPorts(g.Network.Ports, g.Network.Mode); err != nil {
+// setupNetwork picks the group's ports and sets up the allocation's
+// namespace on its network (a heal sets it up again, with ports picked
+// again), recording it on the allocation.
+func (a *allocRun) setupNetwork(ctx context.Context) (*attach.Status, error) {
+	if err := a.net.pickPorts(); err != nil {
 		return nil, err
 	}
-	req := attach.Request{
-		ID:             a.alloc.ID,
-		AllocID:        a.alloc.ID,
-		Args:           map[string]string{},
-		CapabilityArgs: map[string]any{},
-	}
-	for k, v := range g.Network.CNIArgs {
-		req.Args[k] = v
-	}
-	// The runtime's identity wins over the job's cni args (validate warns).
-	for k, v := range map[string]string{
-		"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
-		// Plugins written for Nomad read these.
-		"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
-		"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
-	} {
-		req.Args[k] = v
-	}
-	if pm := portMappings(a.ports); len(pm) > 0 {
-		req.CapabilityArgs["portMappings"] = pm
-	}
-	if d := g.Network.DNS; d != nil {
-		req.CapabilityArgs["dns"] = map[string]any{"servers": d.Servers, "searches": d.Searches, "options": d.Options}
-	}
-	switch g.Network.Mode {
-	case jobspec.NetworkBridge:
-		if req.Config, err = a.r.o.Bridge.ConfList(); err != nil {
-			return nil, err
-		}
-	case jobspec.NetworkNone:
-		if req.Config, err = noneNetwork(); err != nil {
-			return nil, err
-		}
-	default:
-		if req.Config, err = a.r.network(ctx, netName); err != nil {
-			return nil, fmt.Errorf("network setup: %w", err)
-		}
+	req := a.net.request(a.alloc.ID, a.job, a.group.Name)
+	var err error
+	if req.Config, err = a.net.confList(ctx, a.r); err != nil {
+		return nil, err
 	}
 	st, err := a.r.o.Attach.Setup(ctx, req)
 	if err != nil {
@@ -516,12 +478,7 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	a.timingMS("netns", t.Netns)
 	a.timingMS("add", t.Add)
 	a.timingMS("berth", t.Record+t.Check+t.HealTeardown)
-	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
-	if g.Network.DNS != nil {
-		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
-	} else if len(st.DNS.Nameservers) > 0 {
-		ns.DNS = &store.DNS{Servers: st.DNS.Nameservers, Searches: st.DNS.Search, Options: st.DNS.Options}
-	}
+	ns := a.net.attached(st)
 	a.mu.Lock()
 	a.alloc.Network = ns
 	a.eventLocked("Network", fmt.Sprintf("namespace %s on network %s, %s", st.NetnsPath, st.Network, strings.Join(st.IPv4, ",")))
@@ -625,18 +582,7 @@ func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]
 	if j.ParentID != "" {
 		vars["NOMAD_JOB_PARENT_ID"] = j.ParentID
 	}
-	for _, p := range a.ports {
-		l := p.Label
-		vars["NOMAD_IP_"+l] = a.ip
-		vars["NOMAD_ALLOC_IP_"+l] = a.ip
-		vars["NOMAD_PORT_"+l] = strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(p.HostPort)
-		vars["NOMAD_HOST_IP_"+l] = hostIP
-		vars["NOMAD_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_ALLOC_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_HOST_ADDR_"+l] = hostIP + ":" + strconv.Itoa(p.HostPort)
-	}
+	a.net.portVars(vars)
 	for k, v := range j.Meta {
 		vars["NOMAD_META_"+k] = v
 		vars["meta."+k] = v
