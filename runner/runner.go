@@ -634,10 +634,29 @@ func interpolateConfig(v any, vars map[string]string) any {
 // (that is recorded on the task state). A re-adopted task comes with its
 // recovered handle: its first run is supervised, not started.
 func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns string, recovered driver.Handle) error {
+	drv, dt, err := a.driverTask(ctx, i, t, netns, recovered != nil)
+	if err != nil {
+		return err
+	}
+	var restarts []time.Time
+	for {
+		res, forced, err := a.attempt(ctx, i, drv, dt, recovered)
+		recovered = nil
+		again, err := a.afterAttempt(ctx, i, t, res, err, forced, &restarts)
+		if !again {
+			return err
+		}
+	}
+}
+
+// driverTask builds what the driver is given to run task i. A new task's
+// directories, artifacts and templates are set up; a re-adopted one's
+// templates are rendered again and watched.
+func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns string, readopted bool) (driver.Driver, *driver.Task, error) {
 	drv, err := a.r.o.Drivers.Get(ctx, t.Driver)
 	if err != nil {
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-		return fmt.Errorf("task %q: %w", t.Name, err)
+		return nil, nil, fmt.Errorf("task %q: %w", t.Name, err)
 	}
 	vars, env := a.env(t, a.taskPaths(drv, t))
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
@@ -648,12 +667,12 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
-	if recovered == nil {
+	if !readopted {
 		if err := a.setupTask(ctx, t, dt, vars); err != nil {
 			// A fetch cut short by a stop is no failure of the task.
 			failed := ctx.Err() == nil
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
-			return err
+			return nil, nil, err
 		}
 	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
 		// Re-adopted: its templates are rendered again (what changed
@@ -661,103 +680,118 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		// watched; the task runs already, so a failure is only an event.
 		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
 	}
-	pol := t.Restart
-	var restarts []time.Time
-	for attempt := 0; ; attempt++ {
-		actx, endAttempt := a.beginAttempt(ctx, i, dt)
-		var res *driver.ExitResult
-		var err error
-		if recovered != nil {
-			// Re-adopted: its services are registered again, by this
-			// process, and checked from here on.
-			a.taskRunning(actx, i, recovered)
-			res, err = a.supervise(actx, i, recovered, dt)
-			recovered = nil
-		} else {
-			res, err = a.runOnce(actx, i, drv, dt)
-		}
-		forced := endAttempt()
-		if errors.Is(err, errDetached) {
-			return err
-		}
-		if ctx.Err() == nil && a.takeRestart(i) {
-			// Asked by the operator: not a failure, and not counted
-			// against the restart policy (as in Nomad).
-			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
-			a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
-			continue
-		}
-		if ctx.Err() != nil {
-			// Killed because the allocation was stopped, not failed.
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
-			return err
-		}
-		if a.overran(i) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-			return err
-		}
-		if err != nil {
-			// The driver could not start it: counts as a failure for the
-			// restart policy too.
-			a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
-		}
-		if forced.fatal {
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-			return fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
-		}
-		if forced.restarted && !forced.failure {
-			// A template's change_mode "restart": at once, not counted.
-			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-			continue
-		}
-		success := err == nil && res.Successful() && !forced.restarted
-		if success && a.completes(t) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
-			return nil
-		}
-		// Restart policy: attempts within interval.
-		now := time.Now()
-		kept := restarts[:0]
-		for _, r := range restarts {
-			if now.Sub(r) < pol.Interval {
-				kept = append(kept, r)
-			}
-		}
-		restarts = kept
-		if len(restarts) >= pol.Attempts {
-			if pol.Mode == jobspec.RestartDelay && len(restarts) > 0 {
-				wait := pol.Interval - now.Sub(restarts[0])
-				a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(restarts), pol.Interval, wait.Round(time.Second)))
-				if !sleep(ctx, wait) {
-					a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
-					return nil
-				}
-				restarts = nil
-			} else {
-				a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-				a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
-				if err != nil {
-					return fmt.Errorf("task %q: %w", t.Name, err)
-				}
-				return nil
-			}
-		}
-		restarts = append(restarts, time.Now())
+	return drv, dt, nil
+}
+
+// attempt runs task i once, or supervises its recovered handle, and says
+// how the attempt was ended from outside (a template's change_mode, a
+// restart asked for).
+func (a *allocRun) attempt(ctx context.Context, i int, drv driver.Driver, dt *driver.Task, recovered driver.Handle) (*driver.ExitResult, restartOutcome, error) {
+	actx, endAttempt := a.beginAttempt(ctx, i, dt)
+	var res *driver.ExitResult
+	var err error
+	if recovered != nil {
+		// Re-adopted: its services are registered again, by this
+		// process, and checked from here on.
+		a.taskRunning(actx, i, recovered)
+		res, err = a.supervise(actx, i, recovered, dt)
+	} else {
+		res, err = a.runOnce(actx, i, drv, dt)
+	}
+	return res, endAttempt(), err
+}
+
+// afterAttempt decides, after an attempt of task i ended, whether it runs
+// again (again) or what runTask returns. restarts are the restarts the
+// policy counts.
+func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res *driver.ExitResult, err error, forced restartOutcome, restarts *[]time.Time) (again bool, _ error) {
+	if errors.Is(err, errDetached) {
+		return false, err
+	}
+	if ctx.Err() == nil && a.takeRestart(i) {
+		// Asked by the operator: not a failure, and not counted
+		// against the restart policy (as in Nomad).
+		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
+		a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+		return true, nil
+	}
+	if ctx.Err() != nil {
+		// Killed because the allocation was stopped, not failed.
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+		return false, err
+	}
+	if a.overran(i) {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return false, err
+	}
+	if err != nil {
+		// The driver could not start it: counts as a failure for the
+		// restart policy too.
+		a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
+	}
+	if forced.fatal {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return false, fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
+	}
+	if forced.restarted && !forced.failure {
+		// A template's change_mode "restart": at once, not counted.
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-		a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
-		dctx, cancel := a.r.untilDetach(ctx)
-		slept := sleep(dctx, pol.Delay)
-		cancel()
-		if a.r.Detached() && ctx.Err() == nil {
-			// Restarted by the next agent.
-			return errDetached
-		}
-		if !slept {
-			// Stopped while waiting to restart: stopped, not failed.
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
-			return nil
+		return true, nil
+	}
+	success := err == nil && res.Successful() && !forced.restarted
+	if success && a.completes(t) {
+		a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+		return false, nil
+	}
+	return a.restartByPolicy(ctx, i, t, err, restarts)
+}
+
+// restartByPolicy applies task i's restart policy (attempts within
+// interval, then fail or delay) after a failed or ended attempt, and
+// waits its delay before the next.
+func (a *allocRun) restartByPolicy(ctx context.Context, i int, t *jobspec.Task, err error, restarts *[]time.Time) (again bool, _ error) {
+	pol := t.Restart
+	now := time.Now()
+	kept := (*restarts)[:0]
+	for _, r := range *restarts {
+		if now.Sub(r) < pol.Interval {
+			kept = append(kept, r)
 		}
 	}
+	*restarts = kept
+	if len(kept) >= pol.Attempts {
+		if pol.Mode != jobspec.RestartDelay || len(kept) == 0 {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
+			if err != nil {
+				return false, fmt.Errorf("task %q: %w", t.Name, err)
+			}
+			return false, nil
+		}
+		wait := pol.Interval - now.Sub(kept[0])
+		a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(kept), pol.Interval, wait.Round(time.Second)))
+		if !sleep(ctx, wait) {
+			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			return false, nil
+		}
+		*restarts = nil
+	}
+	*restarts = append(*restarts, time.Now())
+	a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+	a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(*restarts), pol.Delay))
+	dctx, cancel := a.r.untilDetach(ctx)
+	slept := sleep(dctx, pol.Delay)
+	cancel()
+	if a.r.Detached() && ctx.Err() == nil {
+		// Restarted by the next agent.
+		return false, errDetached
+	}
+	if !slept {
+		// Stopped while waiting to restart: stopped, not failed.
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+		return false, nil
+	}
+	return true, nil
 }
 
 // event records an allocation event.
