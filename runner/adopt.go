@@ -223,10 +223,13 @@ func (a *allocRun) dropFound(ctx context.Context) {
 			continue
 		}
 		sctx, cancel := cleanup.Context(ctx, time.Minute)
-		_ = h.Stop(sctx, 5*time.Second)
+		serr := h.Stop(sctx, 5*time.Second)
 		err := h.Destroy(sctx)
 		cancel()
 		if err != nil {
+			// Destroy kills what Stop left: a failed stop matters only
+			// when Destroy failed too, and then explains it.
+			err = errors.Join(err, stopErr(serr))
 			a.log.Warn("could not remove an adopted task", "task", a.alloc.Tasks[i].Name, "err", err)
 		}
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle = "dead", nil })
@@ -493,11 +496,14 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		t := a.group.Tasks[i]
 		names = append(names, t.Name)
 		sctx, cancel := cleanup.Context(ctx, a.r.killTimeout(t.KillTimeout)+30*time.Second)
-		_ = h.Stop(sctx, a.r.killTimeout(t.KillTimeout))
-		_, _ = h.Wait(sctx)
+		serr := h.Stop(sctx, a.r.killTimeout(t.KillTimeout))
+		_, werr := h.Wait(sctx)
 		derr := h.Destroy(sctx)
 		cancel()
 		if derr != nil {
+			// Destroy kills what Stop left: a failed stop or wait matters
+			// only when Destroy failed too, and then explains it.
+			derr = errors.Join(derr, stopErr(serr), waitErr(werr))
 			return "", fmt.Errorf("network CHECK failed (%v) and task %s could not be stopped to heal it: %w", cerr, t.Name, derr)
 		}
 		handles[i] = nil
@@ -610,4 +616,20 @@ func (r *Runner) finishEnded(ctx context.Context, a *allocRun) *store.Allocation
 	}
 	a.finish(ctx, nil, true)
 	return a.snapshot()
+}
+
+// stopErr and waitErr name the step of a task's stop that failed, for
+// joining with the error of the Destroy after it; nil stays nil.
+func stopErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("stop: %w", err)
+}
+
+func waitErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("wait: %w", err)
 }
