@@ -105,6 +105,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
@@ -222,10 +223,13 @@ func (a *allocRun) dropFound(ctx context.Context) {
 			continue
 		}
 		sctx, cancel := cleanup.Context(ctx, time.Minute)
-		_ = h.Stop(sctx, 5*time.Second)
+		serr := h.Stop(sctx, 5*time.Second)
 		err := h.Destroy(sctx)
 		cancel()
 		if err != nil {
+			// Destroy kills what Stop left: a failed stop matters only
+			// when Destroy failed too, and then explains it.
+			err = errors.Join(err, stopErr(serr))
 			a.log.Warn("could not remove an adopted task", "task", a.alloc.Tasks[i].Name, "err", err)
 		}
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle = "dead", nil })
@@ -256,6 +260,7 @@ func (r *Runner) StopAdopted(ctx context.Context, job *jobspec.Job, rec *store.A
 	if g := groupNamed(job, rec.Group); g != nil {
 		a.group = g
 	}
+	a.net = planNetwork(a.group.Network, r.o.Bridge)
 	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", rec.Group)
 	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
 	if a.alloc.TimingsMS == nil {
@@ -360,17 +365,8 @@ func countHandles(hs []driver.Handle) int {
 // restoreNetwork gives the allocation the address and ports its record
 // has, as the tasks' environment needs them.
 func (a *allocRun) restoreNetwork() {
-	n := a.alloc.Network
-	if n == nil {
-		return
-	}
-	a.ports = nil
-	for _, p := range n.Ports {
-		a.ports = append(a.ports, portPlan{Label: p.Label, HostPort: p.HostPort, ContainerPort: p.To})
-	}
-	a.ip = hostIP
-	if len(n.IPv4) > 0 {
-		a.ip, _, _ = strings.Cut(n.IPv4[0], "/")
+	if n := a.alloc.Network; n != nil {
+		a.net.restore(n)
 	}
 }
 
@@ -500,11 +496,14 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		t := a.group.Tasks[i]
 		names = append(names, t.Name)
 		sctx, cancel := cleanup.Context(ctx, a.r.killTimeout(t.KillTimeout)+30*time.Second)
-		_ = h.Stop(sctx, a.r.killTimeout(t.KillTimeout))
-		_, _ = h.Wait(sctx)
+		serr := h.Stop(sctx, a.r.killTimeout(t.KillTimeout))
+		_, werr := h.Wait(sctx)
 		derr := h.Destroy(sctx)
 		cancel()
 		if derr != nil {
+			// Destroy kills what Stop left: a failed stop or wait matters
+			// only when Destroy failed too, and then explains it.
+			derr = errors.Join(derr, stopErr(serr), waitErr(werr))
 			return "", fmt.Errorf("network CHECK failed (%v) and task %s could not be stopped to heal it: %w", cerr, t.Name, derr)
 		}
 		handles[i] = nil
@@ -519,15 +518,11 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		what = "the namespace vanished while no agent ran"
 	}
 	a.restoreEvent(EventCheckFailed, fmt.Sprintf("%s: %v", what, cerr))
-	mode := a.group.Network.Mode
 	// The heal's teardown and setup steps are crash points of their own
 	// (heal/after-del, ...).
-	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope), networkName(mode, a.r.o.Bridge))
+	nst, err := a.setupNetwork(fault.Within(context.WithoutCancel(ctx), fault.HealScope))
 	if err != nil {
 		return "", fmt.Errorf("network CHECK failed: %v; healing it failed: %w", cerr, err)
-	}
-	if len(nst.IPv4) > 0 {
-		a.ip, _, _ = strings.Cut(nst.IPv4[0], "/")
 	}
 	msg := fmt.Sprintf("CHECK failed (%v): namespace %s torn down and made again (DEL, remove, recreate, ADD), address %s", cerr, nst.NetnsPath, strings.Join(nst.IPv4, ","))
 	if len(names) > 0 {
@@ -621,4 +616,20 @@ func (r *Runner) finishEnded(ctx context.Context, a *allocRun) *store.Allocation
 	}
 	a.finish(ctx, nil, true)
 	return a.snapshot()
+}
+
+// stopErr and waitErr name the step of a task's stop that failed, for
+// joining with the error of the Destroy after it; nil stays nil.
+func stopErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("stop: %w", err)
+}
+
+func waitErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("wait: %w", err)
 }

@@ -543,6 +543,12 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	a.event("Killing", fmt.Sprintf("task %s: sending %s, SIGKILL after %s", t.Name, sig, dt.KillTimeout))
 	sctx, cancel := cleanup.Context(ctx, dt.KillTimeout+30*time.Second)
 	defer cancel()
-	_ = h.Stop(sctx, dt.KillTimeout)
-	return h.Wait(sctx)
+	serr := h.Stop(sctx, dt.KillTimeout)
+	res, werr = h.Wait(sctx)
+	if werr != nil {
+		// A failed stop explains a wait that then ran out; after a stop
+		// that failed and a wait that saw the exit, the task ended.
+		werr = errors.Join(werr, stopErr(serr))
+	}
+	return res, werr
 }

@@ -6,10 +6,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 
 	"github.com/berth/berth/cni"
-	"github.com/berth/berth/jobspec"
 )
 
 // BridgeConfig describes the network berth generates for `mode = "bridge"`,
@@ -76,41 +74,6 @@ func (b BridgeConfig) ConfList() (*cni.Network, error) {
 	return cni.ParseNetwork(raw, "berth bridge network")
 }
 
-// noneNetwork gives `mode = "none"` a namespace with only loopback up, as
-// Nomad does.
-func noneNetwork() (*cni.Network, error) {
-	return cni.ParseNetwork([]byte(`{"cniVersion":"1.1.0","name":"berth-none","plugins":[{"type":"loopback"}]}`), "berth none network")
-}
-
-// portPlan is a group's ports resolved to host and container ports.
-type portPlan struct {
-	Label         string
-	HostPort      int
-	ContainerPort int
-}
-
-// planPorts picks host ports (static, or a free dynamic one) and the port
-// inside the namespace (`to`, or the host port).
-func planPorts(ports []jobspec.Port, mode string) ([]portPlan, error) {
-	var out []portPlan
-	for _, p := range ports {
-		pp := portPlan{Label: p.Label, HostPort: p.Static}
-		if pp.HostPort == 0 {
-			hp, err := freePort()
-			if err != nil {
-				return nil, fmt.Errorf("port %q: no free dynamic port: %w", p.Label, err)
-			}
-			pp.HostPort = hp
-		}
-		pp.ContainerPort = p.To
-		if p.To <= 0 || mode == jobspec.NetworkHost {
-			pp.ContainerPort = pp.HostPort
-		}
-		out = append(out, pp)
-	}
-	return out, nil
-}
-
 // freePort finds a port in Nomad's dynamic range that nothing listens on.
 func freePort() (int, error) {
 	for i := 0; i < 100; i++ {
@@ -123,27 +86,4 @@ func freePort() (int, error) {
 		return p, nil
 	}
 	return 0, fmt.Errorf("100 random ports in 20000-32000 were busy")
-}
-
-func portMappings(plan []portPlan) []map[string]any {
-	var out []map[string]any
-	for _, p := range plan {
-		for _, proto := range []string{"tcp", "udp"} {
-			out = append(out, map[string]any{"hostPort": p.HostPort, "containerPort": p.ContainerPort, "protocol": proto})
-		}
-	}
-	return out
-}
-
-// networkName is what a group's network mode attaches to, or "" for host.
-func networkName(mode string, bridge BridgeConfig) string {
-	switch {
-	case mode == jobspec.NetworkBridge:
-		return bridge.withDefaults().Network
-	case mode == jobspec.NetworkNone:
-		return "berth-none"
-	case strings.HasPrefix(mode, jobspec.NetworkCNIPrefix):
-		return strings.TrimPrefix(mode, jobspec.NetworkCNIPrefix)
-	}
-	return ""
 }

@@ -204,8 +204,9 @@ type allocRun struct {
 	alloc *store.Allocation
 	log   *slog.Logger
 	dir   string
-	ports []portPlan
-	ip    string
+	// net is the group's network resolved for this allocation: the only
+	// reader of its mode.
+	net netPlan
 	// lastExit is when the last task process exited, to measure how long
 	// the namespace outlives the workload.
 	lastExit time.Time
@@ -279,6 +280,7 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, id)
 	defer r.unregister(a, id)
 	defer func() {
@@ -387,20 +389,19 @@ func (a *allocRun) timing(phase string, d time.Duration) {
 
 func (a *allocRun) run(ctx context.Context) {
 	start := time.Now()
-	mode := a.group.Network.Mode
-	netName := networkName(mode, a.r.o.Bridge)
+	namespaced := a.net.namespaced()
 	netns := ""
 	if err := os.MkdirAll(a.dir, 0o750); err != nil {
 		a.finish(ctx, fmt.Errorf("create alloc dir %s: %w", a.dir, err), false)
 		return
 	}
 
-	if netName != "" {
+	if namespaced {
 		a.phase(ctx, PhaseNetwork)
 		// A stop while the plugins run must not kill them half-way: the
 		// setup finishes (bounded by the CNI timeouts), then the tasks are
 		// skipped and the network torn down.
-		st, err := a.setupNetwork(context.WithoutCancel(ctx), netName)
+		st, err := a.setupNetwork(context.WithoutCancel(ctx))
 		if err != nil {
 			// Setup undoes itself; the teardown finishes whatever it
 			// could not (it is idempotent).
@@ -408,26 +409,19 @@ func (a *allocRun) run(ctx context.Context) {
 			return
 		}
 		netns = st.NetnsPath
-		if len(st.IPv4) > 0 {
-			a.ip, _, _ = strings.Cut(st.IPv4[0], "/")
-		}
 	} else {
-		a.alloc.Network = &store.NetworkStatus{Mode: mode}
-		var err error
-		if a.ports, err = planPorts(a.group.Network.Ports, mode); err != nil {
+		ns, err := a.net.hostOnly()
+		a.alloc.Network = ns
+		if err != nil {
 			a.finish(ctx, err, false)
 			return
 		}
-		a.ip = "127.0.0.1"
 	}
 	// Recorded with the first task's handle, one write fewer.
 	a.mu.Lock()
 	a.alloc.Status = store.AllocRunning
 	if a.alloc.Network != nil {
-		a.alloc.Network.Ports = nil
-		for _, p := range a.ports {
-			a.alloc.Network.Ports = append(a.alloc.Network.Ports, store.PortMapping{Label: p.Label, HostIP: hostIP, HostPort: p.HostPort, To: p.ContainerPort})
-		}
+		a.alloc.Network.Ports = a.net.recordPorts()
 	}
 	a.mu.Unlock()
 	if a.started != nil && ctx.Err() == nil && !a.announceLater() {
@@ -436,14 +430,14 @@ func (a *allocRun) run(ctx context.Context) {
 
 	if ctx.Err() != nil {
 		a.event("Killed", "allocation stopped before its tasks started")
-		a.finish(ctx, nil, netName != "")
+		a.finish(ctx, nil, namespaced)
 		return
 	}
 	if a.r.Detached() {
 		a.detachRecord(ctx)
 		return
 	}
-	a.runAndFinish(ctx, netns, netName != "", a.takeFound(), start)
+	a.runAndFinish(ctx, netns, namespaced, a.takeFound(), start)
 }
 
 // runAndFinish runs the group's tasks (resuming those of handles, when
@@ -462,49 +456,17 @@ func (a *allocRun) runAndFinish(ctx context.Context, netns string, hasNetwork bo
 	a.finish(ctx, err, hasNetwork)
 }
 
-func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.Status, error) {
-	g := a.group
-	var err error
-	if a.ports, err = planPorts(g.Network.Ports, g.Network.Mode); err != nil {
+// setupNetwork picks the group's ports and sets up the allocation's
+// namespace on its network (a heal sets it up again, with ports picked
+// again), recording it on the allocation.
+func (a *allocRun) setupNetwork(ctx context.Context) (*attach.Status, error) {
+	if err := a.net.pickPorts(); err != nil {
 		return nil, err
 	}
-	req := attach.Request{
-		ID:             a.alloc.ID,
-		AllocID:        a.alloc.ID,
-		Args:           map[string]string{},
-		CapabilityArgs: map[string]any{},
-	}
-	for k, v := range g.Network.CNIArgs {
-		req.Args[k] = v
-	}
-	// The runtime's identity wins over the job's cni args (validate warns).
-	for k, v := range map[string]string{
-		"BERTH_ALLOC_ID": a.alloc.ID, "BERTH_JOB_ID": a.job.ID, "BERTH_GROUP": g.Name,
-		// Plugins written for Nomad read these.
-		"NOMAD_ALLOC_ID": a.alloc.ID, "NOMAD_JOB_ID": a.job.ID, "NOMAD_GROUP_NAME": g.Name,
-		"NOMAD_NAMESPACE": a.job.Namespace, "NOMAD_REGION": a.job.Region,
-	} {
-		req.Args[k] = v
-	}
-	if pm := portMappings(a.ports); len(pm) > 0 {
-		req.CapabilityArgs["portMappings"] = pm
-	}
-	if d := g.Network.DNS; d != nil {
-		req.CapabilityArgs["dns"] = map[string]any{"servers": d.Servers, "searches": d.Searches, "options": d.Options}
-	}
-	switch g.Network.Mode {
-	case jobspec.NetworkBridge:
-		if req.Config, err = a.r.o.Bridge.ConfList(); err != nil {
-			return nil, err
-		}
-	case jobspec.NetworkNone:
-		if req.Config, err = noneNetwork(); err != nil {
-			return nil, err
-		}
-	default:
-		if req.Config, err = a.r.network(ctx, netName); err != nil {
-			return nil, fmt.Errorf("network setup: %w", err)
-		}
+	req := a.net.request(a.alloc.ID, a.job, a.group.Name)
+	var err error
+	if req.Config, err = a.net.confList(ctx, a.r); err != nil {
+		return nil, err
 	}
 	st, err := a.r.o.Attach.Setup(ctx, req)
 	if err != nil {
@@ -516,12 +478,7 @@ func (a *allocRun) setupNetwork(ctx context.Context, netName string) (*attach.St
 	a.timingMS("netns", t.Netns)
 	a.timingMS("add", t.Add)
 	a.timingMS("berth", t.Record+t.Check+t.HealTeardown)
-	ns := &store.NetworkStatus{Mode: g.Network.Mode, Network: st.Network, NetnsPath: st.NetnsPath, Interface: st.Interface, IPv4: st.IPv4, IPv6: st.IPv6, Gateway: st.Gateway}
-	if g.Network.DNS != nil {
-		ns.DNS = &store.DNS{Servers: g.Network.DNS.Servers, Searches: g.Network.DNS.Searches, Options: g.Network.DNS.Options}
-	} else if len(st.DNS.Nameservers) > 0 {
-		ns.DNS = &store.DNS{Servers: st.DNS.Nameservers, Searches: st.DNS.Search, Options: st.DNS.Options}
-	}
+	ns := a.net.attached(st)
 	a.mu.Lock()
 	a.alloc.Network = ns
 	a.eventLocked("Network", fmt.Sprintf("namespace %s on network %s, %s", st.NetnsPath, st.Network, strings.Join(st.IPv4, ",")))
@@ -625,18 +582,7 @@ func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]
 	if j.ParentID != "" {
 		vars["NOMAD_JOB_PARENT_ID"] = j.ParentID
 	}
-	for _, p := range a.ports {
-		l := p.Label
-		vars["NOMAD_IP_"+l] = a.ip
-		vars["NOMAD_ALLOC_IP_"+l] = a.ip
-		vars["NOMAD_PORT_"+l] = strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(p.HostPort)
-		vars["NOMAD_HOST_IP_"+l] = hostIP
-		vars["NOMAD_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_ALLOC_ADDR_"+l] = a.ip + ":" + strconv.Itoa(p.ContainerPort)
-		vars["NOMAD_HOST_ADDR_"+l] = hostIP + ":" + strconv.Itoa(p.HostPort)
-	}
+	a.net.portVars(vars)
 	for k, v := range j.Meta {
 		vars["NOMAD_META_"+k] = v
 		vars["meta."+k] = v
@@ -688,10 +634,29 @@ func interpolateConfig(v any, vars map[string]string) any {
 // (that is recorded on the task state). A re-adopted task comes with its
 // recovered handle: its first run is supervised, not started.
 func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns string, recovered driver.Handle) error {
+	drv, dt, err := a.driverTask(ctx, i, t, netns, recovered != nil)
+	if err != nil {
+		return err
+	}
+	var restarts []time.Time
+	for {
+		res, forced, err := a.attempt(ctx, i, drv, dt, recovered)
+		recovered = nil
+		again, err := a.afterAttempt(ctx, i, t, res, err, forced, &restarts)
+		if !again {
+			return err
+		}
+	}
+}
+
+// driverTask builds what the driver is given to run task i. A new task's
+// directories, artifacts and templates are set up; a re-adopted one's
+// templates are rendered again and watched.
+func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns string, readopted bool) (driver.Driver, *driver.Task, error) {
 	drv, err := a.r.o.Drivers.Get(ctx, t.Driver)
 	if err != nil {
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-		return fmt.Errorf("task %q: %w", t.Name, err)
+		return nil, nil, fmt.Errorf("task %q: %w", t.Name, err)
 	}
 	vars, env := a.env(t, a.taskPaths(drv, t))
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
@@ -702,12 +667,12 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
-	if recovered == nil {
+	if !readopted {
 		if err := a.setupTask(ctx, t, dt, vars); err != nil {
 			// A fetch cut short by a stop is no failure of the task.
 			failed := ctx.Err() == nil
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
-			return err
+			return nil, nil, err
 		}
 	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
 		// Re-adopted: its templates are rendered again (what changed
@@ -715,103 +680,118 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 		// watched; the task runs already, so a failure is only an event.
 		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
 	}
-	pol := t.Restart
-	var restarts []time.Time
-	for attempt := 0; ; attempt++ {
-		actx, endAttempt := a.beginAttempt(ctx, i, dt)
-		var res *driver.ExitResult
-		var err error
-		if recovered != nil {
-			// Re-adopted: its services are registered again, by this
-			// process, and checked from here on.
-			a.taskRunning(actx, i, recovered)
-			res, err = a.supervise(actx, i, recovered, dt)
-			recovered = nil
-		} else {
-			res, err = a.runOnce(actx, i, drv, dt)
-		}
-		forced := endAttempt()
-		if errors.Is(err, errDetached) {
-			return err
-		}
-		if ctx.Err() == nil && a.takeRestart(i) {
-			// Asked by the operator: not a failure, and not counted
-			// against the restart policy (as in Nomad).
-			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
-			a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
-			continue
-		}
-		if ctx.Err() != nil {
-			// Killed because the allocation was stopped, not failed.
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
-			return err
-		}
-		if a.overran(i) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-			return err
-		}
-		if err != nil {
-			// The driver could not start it: counts as a failure for the
-			// restart policy too.
-			a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
-		}
-		if forced.fatal {
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-			return fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
-		}
-		if forced.restarted && !forced.failure {
-			// A template's change_mode "restart": at once, not counted.
-			a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-			continue
-		}
-		success := err == nil && res.Successful() && !forced.restarted
-		if success && a.completes(t) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
-			return nil
-		}
-		// Restart policy: attempts within interval.
-		now := time.Now()
-		kept := restarts[:0]
-		for _, r := range restarts {
-			if now.Sub(r) < pol.Interval {
-				kept = append(kept, r)
-			}
-		}
-		restarts = kept
-		if len(restarts) >= pol.Attempts {
-			if pol.Mode == jobspec.RestartDelay && len(restarts) > 0 {
-				wait := pol.Interval - now.Sub(restarts[0])
-				a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(restarts), pol.Interval, wait.Round(time.Second)))
-				if !sleep(ctx, wait) {
-					a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
-					return nil
-				}
-				restarts = nil
-			} else {
-				a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-				a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
-				if err != nil {
-					return fmt.Errorf("task %q: %w", t.Name, err)
-				}
-				return nil
-			}
-		}
-		restarts = append(restarts, time.Now())
+	return drv, dt, nil
+}
+
+// attempt runs task i once, or supervises its recovered handle, and says
+// how the attempt was ended from outside (a template's change_mode, a
+// restart asked for).
+func (a *allocRun) attempt(ctx context.Context, i int, drv driver.Driver, dt *driver.Task, recovered driver.Handle) (*driver.ExitResult, restartOutcome, error) {
+	actx, endAttempt := a.beginAttempt(ctx, i, dt)
+	var res *driver.ExitResult
+	var err error
+	if recovered != nil {
+		// Re-adopted: its services are registered again, by this
+		// process, and checked from here on.
+		a.taskRunning(actx, i, recovered)
+		res, err = a.supervise(actx, i, recovered, dt)
+	} else {
+		res, err = a.runOnce(actx, i, drv, dt)
+	}
+	return res, endAttempt(), err
+}
+
+// afterAttempt decides, after an attempt of task i ended, whether it runs
+// again (again) or what runTask returns. restarts are the restarts the
+// policy counts.
+func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res *driver.ExitResult, err error, forced restartOutcome, restarts *[]time.Time) (again bool, _ error) {
+	if errors.Is(err, errDetached) {
+		return false, err
+	}
+	if ctx.Err() == nil && a.takeRestart(i) {
+		// Asked by the operator: not a failure, and not counted
+		// against the restart policy (as in Nomad).
+		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
+		a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+		return true, nil
+	}
+	if ctx.Err() != nil {
+		// Killed because the allocation was stopped, not failed.
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+		return false, err
+	}
+	if a.overran(i) {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return false, err
+	}
+	if err != nil {
+		// The driver could not start it: counts as a failure for the
+		// restart policy too.
+		a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
+	}
+	if forced.fatal {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return false, fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)
+	}
+	if forced.restarted && !forced.failure {
+		// A template's change_mode "restart": at once, not counted.
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-		a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(restarts), pol.Delay))
-		dctx, cancel := a.r.untilDetach(ctx)
-		slept := sleep(dctx, pol.Delay)
-		cancel()
-		if a.r.Detached() && ctx.Err() == nil {
-			// Restarted by the next agent.
-			return errDetached
-		}
-		if !slept {
-			// Stopped while waiting to restart: stopped, not failed.
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
-			return nil
+		return true, nil
+	}
+	success := err == nil && res.Successful() && !forced.restarted
+	if success && a.completes(t) {
+		a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+		return false, nil
+	}
+	return a.restartByPolicy(ctx, i, t, err, restarts)
+}
+
+// restartByPolicy applies task i's restart policy (attempts within
+// interval, then fail or delay) after a failed or ended attempt, and
+// waits its delay before the next.
+func (a *allocRun) restartByPolicy(ctx context.Context, i int, t *jobspec.Task, err error, restarts *[]time.Time) (again bool, _ error) {
+	pol := t.Restart
+	now := time.Now()
+	kept := (*restarts)[:0]
+	for _, r := range *restarts {
+		if now.Sub(r) < pol.Interval {
+			kept = append(kept, r)
 		}
 	}
+	*restarts = kept
+	if len(kept) >= pol.Attempts {
+		if pol.Mode != jobspec.RestartDelay || len(kept) == 0 {
+			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+			a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
+			if err != nil {
+				return false, fmt.Errorf("task %q: %w", t.Name, err)
+			}
+			return false, nil
+		}
+		wait := pol.Interval - now.Sub(kept[0])
+		a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(kept), pol.Interval, wait.Round(time.Second)))
+		if !sleep(ctx, wait) {
+			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
+			return false, nil
+		}
+		*restarts = nil
+	}
+	*restarts = append(*restarts, time.Now())
+	a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+	a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(*restarts), pol.Delay))
+	dctx, cancel := a.r.untilDetach(ctx)
+	slept := sleep(dctx, pol.Delay)
+	cancel()
+	if a.r.Detached() && ctx.Err() == nil {
+		// Restarted by the next agent.
+		return false, errDetached
+	}
+	if !slept {
+		// Stopped while waiting to restart: stopped, not failed.
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+		return false, nil
+	}
+	return true, nil
 }
 
 // event records an allocation event.

@@ -70,15 +70,13 @@ func (a *allocRun) announceLater() bool { return a.hasServices() }
 
 // allocNet is what the allocation's network gives its services and checks.
 func (a *allocRun) allocNet(t *jobspec.Task) service.AllocNet {
-	n := service.AllocNet{Mode: a.group.Network.Mode, HostIP: hostIP}
+	netns := ""
 	a.mu.Lock()
-	if ns := a.alloc.Network; ns != nil && ns.NetnsPath != "" {
-		n.NetnsPath, n.AllocIP = ns.NetnsPath, a.ip
+	if ns := a.alloc.Network; ns != nil {
+		netns = ns.NetnsPath
 	}
 	a.mu.Unlock()
-	for _, p := range a.ports {
-		n.Ports = append(n.Ports, service.Port{Label: p.Label, HostPort: p.HostPort, To: p.ContainerPort})
-	}
+	n := a.net.serviceNet(netns)
 	// A podman container lives in the group's namespace: its address is
 	// the allocation's.
 	n.DriverNet = t != nil && t.Driver == "podman" && n.NetnsPath != ""
