@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/node"
-	"github.com/berth/berth/nomad"
+	"github.com/berth/berth/node/agent"
+	"github.com/berth/berth/node/nomad"
 )
 
 func newAgentCmd(g *Globals) *cobra.Command {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/internal/testenv"
-	"github.com/berth/berth/jobspec/jobspectest"
+	"github.com/berth/berth/job/jobspec/jobspectest"
 )
 
 // TestEvalBudgetValidate: `berth validate` (the binary, as a user runs

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/node/agent"
 )
 
 // berthBinary is the berth binary TestMain builds for the tests that run
@@ -47,7 +47,7 @@ var position = regexp.MustCompile(`\.hcl:\d+:\d+: `)
 // Every invalid job file is refused by `berth validate` and `berth run`
 // with an error that names file, line and column, and nothing is created.
 func TestBadJobFiles(t *testing.T) {
-	files, err := filepath.Glob("../jobspec/testdata/invalid/*.hcl")
+	files, err := filepath.Glob("../job/jobspec/testdata/invalid/*.hcl")
 	testenv.Must(t, err)
 	if len(files) < 15 {
 		t.Fatalf("want at least 15 invalid job files, have %d", len(files))

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/job/jobspec"
 )
 
 // submitRequest is a job file and its variables as the agent takes them:

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/doctor"
-	"github.com/berth/berth/gc"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/node/doctor"
+	"github.com/berth/berth/node/gc"
 )
 
 // DoctorOptions builds the doctor's inputs from the node: its settings, its

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/gc"
 	"github.com/berth/berth/node"
-	"github.com/berth/berth/nomad"
+	"github.com/berth/berth/node/gc"
+	"github.com/berth/berth/node/nomad"
 	"github.com/berth/berth/store"
 )
 

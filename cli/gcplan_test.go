@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth/berth/evidence"
-	"github.com/berth/berth/gc"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/pty"
 	"github.com/berth/berth/internal/testenv"
-	"github.com/berth/berth/netns"
-	"github.com/berth/berth/nomad/nomadtest"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
+	"github.com/berth/berth/network/evidence"
+	"github.com/berth/berth/network/netns"
+	"github.com/berth/berth/node/gc"
+	"github.com/berth/berth/node/nomad/nomadtest"
 )
 
 // berthRun runs the berth binary with extra environment; code is its

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/attach"
+	"github.com/berth/berth/network/attach"
 )
 
 func newNetCmd(g *Globals) *cobra.Command {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/attach"
+	"github.com/berth/berth/network/attach"
+	"github.com/berth/berth/node/agent"
 )
 
 func newNetnsCmd(g *Globals) *cobra.Command {

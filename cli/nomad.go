@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/berth/berth/doctor"
-	"github.com/berth/berth/nomad"
+	"github.com/berth/berth/node/doctor"
+	"github.com/berth/berth/node/nomad"
 )
 
 // nomadFlags are the flags that say how to reach the local Nomad client

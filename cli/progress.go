@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth/berth/agent"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
+	"github.com/berth/berth/node/agent"
 	"github.com/berth/berth/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/store"
 )
 

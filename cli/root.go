@@ -17,8 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/node/agent"
 )
 
 // Version and Commit are stamped at build time (scripts/install.sh does):

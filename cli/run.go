@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth/berth/api"
-	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/job/jobspec"
+	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/node"
-	"github.com/berth/berth/runner"
 	"github.com/berth/berth/store"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/berth/berth/agent"
-	"github.com/berth/berth/service"
+	"github.com/berth/berth/job/service"
+	"github.com/berth/berth/node/agent"
 	"github.com/berth/berth/store"
 )
 

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth/berth/agent"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/node/agent"
 )
 
 // runIn is run with stdin.
@@ -305,7 +305,7 @@ var allocLine = regexp.MustCompile(`(?m)^[0-9a-f-]{36}  (complete|failed|running
 func TestCorpusRuns(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
-	corpus := "../jobspec/testdata/corpus"
+	corpus := "../job/jobspec/testdata/corpus"
 	expected := readFile(filepath.Join(corpus, "expected.tsv"))
 	// seed.hcl's network, so that its refusal is the placement's. Never
 	// attached (seed.hcl is refused first): nothing of it to clean up.

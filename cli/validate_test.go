@@ -78,7 +78,7 @@ func TestValidateWarnsRunRefusesPlacement(t *testing.T) {
 	dir := t.TempDir()
 	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
 	job := filepath.Join(dir, "seed.hcl")
-	seed := strings.Replace(mustRead(t, "../jobspec/testdata/corpus/seed.hcl"), `mode = "cni/private"`, `mode = "host"`, 1)
+	seed := strings.Replace(mustRead(t, "../job/jobspec/testdata/corpus/seed.hcl"), `mode = "cni/private"`, `mode = "host"`, 1)
 	testenv.Must(t, os.WriteFile(job, []byte(seed), 0o644))
 	out, _, err := run(t, append([]string{"validate", job}, common...)...)
 	if err != nil {

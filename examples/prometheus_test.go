@@ -23,13 +23,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/berth/berth/agent"
-	"github.com/berth/berth/agent/agenttest"
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
-	"github.com/berth/berth/metrics"
-	"github.com/berth/berth/netns"
+	"github.com/berth/berth/network/netns"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/node/agent"
+	"github.com/berth/berth/node/agent/agenttest"
+	"github.com/berth/berth/node/metrics"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.LeakCheckMain(m)) }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth/berth/artifact"
+	"github.com/berth/berth/task/artifact"
 )
 
 // Artifact bounds the fetch of each task artifact, with the names and

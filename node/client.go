@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
 )
 
 // Client is what the node offers its allocations and the limits it puts

@@ -3,6 +3,12 @@
 // HCL file alike, under one name each) and the one constructor of the
 // objects they configure (New and Open): the store, the netns manager, the
 // CNI client, the attachment manager, the drivers and the runner.
+//
+// Its folder is the node's group: the agent (node/agent) and its status
+// page (node/ui), gc (node/gc), the Nomad janitor (node/nomad), metrics
+// (node/metrics) and doctor (node/doctor). They may import jobs, tasks,
+// the network core and the foundations (internal/..., store, api), never
+// the command line above them; layers_test.go holds them to it.
 package node
 
 import (
@@ -13,11 +19,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/berth/berth/attach"
-	"github.com/berth/berth/cni"
-	execdrv "github.com/berth/berth/driver/exec"
-	"github.com/berth/berth/netns"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
+	"github.com/berth/berth/network/attach"
+	"github.com/berth/berth/network/cni"
+	"github.com/berth/berth/network/netns"
+	execdrv "github.com/berth/berth/task/driver/exec"
 )
 
 // DefaultDataDir is where berth keeps its store.

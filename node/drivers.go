@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/berth/berth/driver"
-	execdrv "github.com/berth/berth/driver/exec"
-	"github.com/berth/berth/driver/podman"
-	"github.com/berth/berth/runner"
+	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/driver"
+	execdrv "github.com/berth/berth/task/driver/exec"
+	"github.com/berth/berth/task/driver/podman"
 )
 
 // newDrivers registers the drivers berth ships, raw_exec, exec and

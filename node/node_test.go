@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/berth/berth/jobspec"
+	"github.com/berth/berth/job/jobspec"
 	"github.com/berth/berth/store"
 )
 

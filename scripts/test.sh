@@ -24,6 +24,6 @@ go test -race -p 1 -count=1 -timeout 60m "$@" ./...
 # suite: a run of chosen packages ("$@") skips it.
 if [ $# -eq 0 ]; then
 	FUZZTIME=${BERTH_FUZZTIME:-50000x}
-	go test -run XXX -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./jobspec
-	go test -run XXX -fuzz '^FuzzSubmitBody$' -fuzztime "$FUZZTIME" ./agent
+	go test -run XXX -fuzz '^FuzzParse$' -fuzztime "$FUZZTIME" ./job/jobspec
+	go test -run XXX -fuzz '^FuzzSubmitBody$' -fuzztime "$FUZZTIME" ./node/agent
 fi

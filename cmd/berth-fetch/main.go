@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/berth/berth/artifact"
+	"github.com/berth/berth/task/artifact"
 )
 
 func main() {

@@ -22,7 +22,7 @@ func TestFetchBinSupervisorLinksNoFetcher(t *testing.T) {
 	}
 	forbidden := []string{
 		"net/http", "crypto/tls", "crypto/x509", "archive/", "compress/",
-		"github.com/berth/berth/artifact",
+		"github.com/berth/berth/task/artifact",
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) == 0 {

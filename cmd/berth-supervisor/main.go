@@ -10,7 +10,7 @@ package main
 import (
 	"os"
 
-	"github.com/berth/berth/driver/exec/supervisor"
+	"github.com/berth/berth/task/driver/exec/supervisor"
 )
 
 func main() {

@@ -130,7 +130,7 @@ func buildTidyChains() (bin string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	bin = filepath.Join(dir, "tidychains")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/internal/testenv/tidychains").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/berth/berth/network/hostclean/tidychains").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("go build tidychains: %v\n%s", err, strings.TrimSpace(string(out)))

@@ -1,0 +1,215 @@
+package runner
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/berth/berth/job/jobspec"
+	"github.com/berth/berth/network/attach"
+	"github.com/berth/berth/store"
+)
+
+func TestPlanNetwork(t *testing.T) {
+	bridge := BridgeConfig{Network: "br-test"}
+	tests := []struct {
+		mode       string
+		kind       netKind
+		network    string
+		namespaced bool
+	}{
+		{"", netHost, "", false},
+		{jobspec.NetworkHost, netHost, "", false},
+		{jobspec.NetworkBridge, netBridge, "br-test", true},
+		{jobspec.NetworkNone, netNone, noneNetworkName, true},
+		{"cni/mynet", netCNI, "mynet", true},
+		// Refused by the parser; no network named, no namespace.
+		{"cni/", netHost, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := planNetwork(jobspec.Network{Mode: tc.mode}, bridge)
+			if p.kind != tc.kind || p.network != tc.network || p.namespaced() != tc.namespaced {
+				t.Errorf("plan = kind %d network %q namespaced %v, want kind %d network %q namespaced %v",
+					p.kind, p.network, p.namespaced(), tc.kind, tc.network, tc.namespaced)
+			}
+			if p.mode != tc.mode {
+				t.Errorf("mode recorded as %q, want %q as written", p.mode, tc.mode)
+			}
+		})
+	}
+	if p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, BridgeConfig{}); p.network != DefaultBridge().Network {
+		t.Errorf("bridge with no name attaches to %q, want the default %q", p.network, DefaultBridge().Network)
+	}
+}
+
+func TestNetPlanPorts(t *testing.T) {
+	spec := []jobspec.Port{
+		{Label: "http", Static: 8080, To: 80},
+		{Label: "same", Static: 9090, To: -1},
+		{Label: "dyn", To: 0},
+	}
+	tests := []struct {
+		mode string
+		// wantTo is the container port of http: `to` in a namespace, the
+		// host port on the host network.
+		wantTo int
+	}{
+		{jobspec.NetworkHost, 8080},
+		{jobspec.NetworkBridge, 80},
+		{"cni/x", 80},
+	}
+	for _, tc := range tests {
+		t.Run(tc.mode, func(t *testing.T) {
+			p := planNetwork(jobspec.Network{Mode: tc.mode, Ports: spec}, DefaultBridge())
+			if err := p.pickPorts(); err != nil {
+				t.Fatal(err)
+			}
+			if len(p.ports) != 3 {
+				t.Fatalf("ports = %+v, want 3", p.ports)
+			}
+			if got := p.ports[0]; got.HostPort != 8080 || got.ContainerPort != tc.wantTo {
+				t.Errorf("http = %+v, want host 8080 to %d", got, tc.wantTo)
+			}
+			if got := p.ports[1]; got.HostPort != 9090 || got.ContainerPort != 9090 {
+				t.Errorf("same = %+v, want 9090 to 9090", got)
+			}
+			if got := p.ports[2]; got.HostPort < 20000 || got.HostPort >= 32000 || got.ContainerPort != got.HostPort {
+				t.Errorf("dyn = %+v, want a dynamic host port mapped to itself", got)
+			}
+			if pm := p.portMappings(); len(pm) != 6 {
+				t.Errorf("portMappings = %v, want tcp and udp of 3 ports", pm)
+			}
+		})
+	}
+}
+
+func TestNetPlanAddresses(t *testing.T) {
+	p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge, DNS: &jobspec.DNS{Servers: []string{"10.199.46.53"}}}, DefaultBridge())
+	p.ports = []portPlan{{Label: "http", HostPort: 8080, ContainerPort: 80}}
+	st := &attach.Status{Network: "berth", NetnsPath: "/run/netns/x"}
+	st.IPv4 = []string{"10.199.46.2/24"}
+	ns := p.attached(st)
+	if ns.Mode != jobspec.NetworkBridge || ns.Network != "berth" || ns.DNS == nil || ns.DNS.Servers[0] != "10.199.46.53" {
+		t.Errorf("record = %+v", ns)
+	}
+	vars := map[string]string{}
+	p.portVars(vars)
+	want := map[string]string{
+		"NOMAD_IP_http": "10.199.46.2", "NOMAD_ALLOC_IP_http": "10.199.46.2",
+		"NOMAD_PORT_http": "80", "NOMAD_ALLOC_PORT_http": "80", "NOMAD_HOST_PORT_http": "8080",
+		"NOMAD_HOST_IP_http": hostIP, "NOMAD_ADDR_http": "10.199.46.2:80", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
+		"NOMAD_HOST_ADDR_http": hostIP + ":8080",
+	}
+	for k, v := range want {
+		if vars[k] != v {
+			t.Errorf("%s = %q, want %q", k, vars[k], v)
+		}
+	}
+	if len(vars) != len(want) {
+		t.Errorf("vars = %v, want %d of them", vars, len(want))
+	}
+	sn := p.serviceNet("/run/netns/x")
+	if sn.AllocIP != "10.199.46.2" || sn.NetnsPath != "/run/netns/x" || len(sn.Ports) != 1 || sn.Mode != jobspec.NetworkBridge {
+		t.Errorf("serviceNet = %+v", sn)
+	}
+
+	// Re-adopted: the record's ports and address, not new ones.
+	var r netPlan
+	r.restore(&store.NetworkStatus{Ports: p.recordPorts(), IPv4: []string{"10.199.46.2/24"}})
+	if r.allocIP != "10.199.46.2" || len(r.ports) != 1 || r.ports[0] != p.ports[0] {
+		t.Errorf("restored = %+v, want %+v at 10.199.46.2", r.ports, p.ports)
+	}
+	r.restore(&store.NetworkStatus{})
+	if r.allocIP != hostIP || r.ports != nil {
+		t.Errorf("restored from a host record = %+v at %s", r.ports, r.allocIP)
+	}
+}
+
+// TestNetworkModeReadOnce: the group's network mode is resolved in
+// netplan.go; no other code of runner, agent or ui names the modes or
+// compares against them (it reads the plan, or the allocation's record
+// the plan wrote).
+func TestNetworkModeReadOnce(t *testing.T) {
+	modeConsts := map[string]bool{"NetworkHost": true, "NetworkNone": true, "NetworkBridge": true, "NetworkCNIPrefix": true}
+	isModeLit := func(e ast.Expr) bool {
+		l, ok := e.(*ast.BasicLit)
+		if !ok || l.Kind != token.STRING {
+			return false
+		}
+		s, err := strconv.Unquote(l.Value)
+		return err == nil && (s == "host" || s == "none" || s == "bridge" || strings.HasPrefix(s, "cni/"))
+	}
+	// A read of a group network block's mode: <x>.Network.Mode.
+	isModeRead := func(e ast.Expr) bool {
+		s, ok := e.(*ast.SelectorExpr)
+		if !ok || s.Sel.Name != "Mode" {
+			return false
+		}
+		x, ok := s.X.(*ast.SelectorExpr)
+		return ok && x.Sel.Name == "Network"
+	}
+	var checked int
+	for _, dir := range []string{".", "../../node/agent", "../../node/ui"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") || (dir == "." && filepath.Base(path) == "netplan.go") {
+				continue
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, src, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			bad := func(n ast.Node, what string) {
+				t.Errorf("%s: %s: the network mode is read only by the network plan (runner/netplan.go)", fset.Position(n.Pos()), what)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.SelectorExpr:
+					if id, ok := n.X.(*ast.Ident); ok && id.Name == "jobspec" && modeConsts[n.Sel.Name] {
+						bad(n, "names jobspec."+n.Sel.Name)
+					}
+					if dir == "." && isModeRead(n) {
+						bad(n, "reads the group's network mode")
+					}
+				case *ast.BinaryExpr:
+					if (n.Op == token.EQL || n.Op == token.NEQ) && (isModeLit(n.X) || isModeLit(n.Y)) {
+						bad(n, "compares against a network mode")
+					}
+				case *ast.CaseClause:
+					for _, e := range n.List {
+						if isModeLit(e) {
+							bad(e, "switches on a network mode")
+						}
+					}
+				case *ast.CallExpr:
+					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && strings.Contains(sel.Sel.Name, "Prefix") {
+						for _, arg := range n.Args {
+							if isModeLit(arg) {
+								bad(arg, "matches a network mode's prefix")
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d files: the packages were not found", checked)
+	}
+}

@@ -1,0 +1,675 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/job/jobspec"
+	"github.com/berth/berth/job/runner"
+	"github.com/berth/berth/store"
+)
+
+var (
+	// ErrJobNotFound: no job with that ID.
+	ErrJobNotFound = errors.New("no such job")
+	// ErrDraining: the agent is shutting down and launches nothing new.
+	ErrDraining = errors.New("agent is shutting down")
+	// ErrInvalidName: an ID or name with characters berth does not accept.
+	ErrInvalidName = errors.New("invalid name")
+)
+
+// maxNameLen bounds job IDs and task names accepted by the API.
+const maxNameLen = 128
+
+// validName accepts what can safely be a file name, a label value and a
+// log field: letters, digits, '-', '_' and '.', not "." or "..".
+func validName(kind, s string) error {
+	if s == "" || len(s) > maxNameLen || s == "." || s == ".." {
+		return fmt.Errorf("%w: %s %q: use 1 to %d letters, digits, '-', '_' or '.'", ErrInvalidName, kind, s, maxNameLen)
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return fmt.Errorf("%w: %s %q contains %q: use letters, digits, '-', '_' or '.'", ErrInvalidName, kind, s, r)
+		}
+	}
+	return nil
+}
+
+// jobRecord is what the store keeps of a submitted job: its source, so
+// that periodic and service jobs resume after a restart with the
+// validation of that day.
+type jobRecord struct {
+	ID          string     `json:"id"`
+	Source      string     `json:"source"`
+	Filename    string     `json:"filename"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	Status      string     `json:"status"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// LastLaunch is a periodic job's last launch: after a restart the
+	// schedule goes on from it (a missed launch runs once, none twice).
+	LastLaunch *time.Time `json:"last_launch,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	// The variables it was submitted with, to parse it again alike.
+	jobVars
+	// A dispatched child keeps its parent's source and variables, and
+	// its dispatch: the parent's ID, the meta and payload.
+	ParentID string            `json:"parent_id,omitempty"`
+	Meta     map[string]string `json:"dispatch_meta,omitempty"`
+	Payload  []byte            `json:"dispatch_payload,omitempty"`
+}
+
+// jobRun is a job the agent knows, running or not. Fields are guarded by
+// Agent.mu.
+type jobRun struct {
+	rec jobRecord
+	job *jobspec.Job // nil if the stored source no longer parses
+	// adopt are the allocations a previous agent left running, claimed
+	// at start, that this run resumes.
+	adopt   []*store.Allocation
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the run has finished (nil if never started)
+	summary *runner.Summary
+	// stopping: a stop was asked (delete the record when done);
+	// replacing: a new submission waits for this run to end.
+	stopping, replacing bool
+	// unrecorded counts the allocations the store could not record;
+	// recordErr is the first one's cause.
+	unrecorded int
+	recordErr  string
+}
+
+func (jr *jobRun) recordError() string {
+	if jr.unrecorded <= 1 {
+		return jr.recordErr
+	}
+	return fmt.Sprintf("%d allocations could not be recorded; the first: %s", jr.unrecorded, jr.recordErr)
+}
+
+func (jr *jobRun) status() string {
+	switch {
+	case jr.cancel == nil && jr.rec.Status == api.JobRegistered:
+		return api.JobRegistered
+	case jr.cancel == nil:
+		return api.JobDead
+	case jr.stopping || jr.replacing:
+		return api.JobStopping
+	}
+	return api.JobRunning
+}
+
+// parseJob validates a job against this node, its drivers and CNI networks,
+// exactly as `berth run` does, and refuses it when this node does not meet
+// its constraints or node pool, or could never hold one launch of it.
+func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v jobVars) (*jobspec.Job, error) {
+	opts := a.node.ParseOptions(ctx)
+	v.apply(&opts)
+	// The request's context: evaluation stops when the client leaves.
+	job, err := jobspec.ParseContext(ctx, src, filename, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := validName("job ID", job.ID); err != nil {
+		// Positioned at the job block, as the parser's own errors.
+		return nil, jobspec.Diagnostics{{File: job.Pos.File, Line: job.Pos.Line, Column: job.Pos.Column,
+			Summary: strings.TrimPrefix(err.Error(), ErrInvalidName.Error()+": "), Detail: "the agent keeps job IDs usable as file names"}}
+	}
+	var pe *jobspec.PlacementError
+	var ee *runner.ExhaustedError
+	switch err := a.node.Place(job); {
+	case errors.As(err, &pe):
+		return nil, jobspec.Diagnostics{pe.Diagnostic()}
+	case errors.As(err, &ee):
+		return nil, jobspec.Diagnostics{ee.Diagnostic()}
+	case err != nil:
+		return nil, err
+	}
+	return job, nil
+}
+
+func warnings(j *jobspec.Job) []string {
+	var out []string
+	for _, d := range j.Warnings {
+		out = append(out, d.String())
+	}
+	return out
+}
+
+func nextLaunches(j *jobspec.Job, n int) []time.Time {
+	if j.Periodic == nil || !j.Periodic.Enabled {
+		return nil
+	}
+	return j.Periodic.NextN(time.Now(), n)
+}
+
+// resumes reports whether a job that was running when the agent stopped
+// runs again at start: periodic and service jobs do, and a batch job
+// whose allocations the last agent left running (they are re-adopted;
+// what had finished is not rerun).
+func resumes(j *jobspec.Job, adopted int) bool {
+	return !j.RunsToCompletion() || (j.Periodic != nil && j.Periodic.Enabled) || adopted > 0
+}
+
+// claimAllocs takes over the allocations of job a previous agent left
+// (killed, or stopped without draining): recorded as this agent's before
+// the reconcile at start, which would otherwise take them for orphans.
+func (a *Agent) claimAllocs(ctx context.Context, jobID string, log *slog.Logger) []*store.Allocation {
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: jobID, NonTerminal: true})
+	if err != nil {
+		log.Error("cannot read the job's allocations; none re-adopted", "err", err)
+		return nil
+	}
+	var out []*store.Allocation
+	for _, al := range allocs {
+		if !runner.Adoptable(al) {
+			continue
+		}
+		if err := a.runner.Claim(ctx, al); err != nil {
+			log.Error("allocation not re-adopted", "alloc_id", al.ID, "err", err)
+			continue
+		}
+		out = append(out, al)
+	}
+	return out
+}
+
+// resumeJobs loads the stored jobs and starts those that resume.
+func (a *Agent) resumeJobs(ctx context.Context) {
+	recs, err := a.node.Store.ListJobs(ctx)
+	if err != nil {
+		a.log.Error("cannot read the stored jobs; none resumed", "err", err)
+		return
+	}
+	for _, sr := range recs {
+		var rec jobRecord
+		if err := json.Unmarshal(sr.Spec, &rec); err != nil || rec.ID != sr.ID {
+			a.log.Error("stored job is unreadable; skipped", "job", sr.ID, "err", err)
+			continue
+		}
+		log := a.log.With("job", rec.ID)
+		jr := &jobRun{rec: rec}
+		job, perr := a.parseRecord(ctx, rec)
+		jr.job = job
+		if rec.Status == api.JobStopping {
+			// Stopped while an earlier agent ran it: the stop is a desired
+			// state, finished here (every allocation it left stopped and
+			// torn down, then the job forgotten), whatever it was doing.
+			if job == nil {
+				job = &jobspec.Job{ID: rec.ID, Namespace: "default"}
+				jr.job = job
+			}
+			jr.stopping = true
+			jr.adopt = a.claimAllocs(ctx, rec.ID, log)
+			a.mu.Lock()
+			a.jobs[rec.ID] = jr
+			a.mu.Unlock()
+			log.Info("finishing the stop of a job an earlier agent was asked to stop", "allocations", len(jr.adopt))
+			if err := a.start(jr); err != nil {
+				return
+			}
+			continue
+		}
+		if rec.Status == api.JobRunning {
+			if perr == nil {
+				jr.adopt = a.claimAllocs(ctx, rec.ID, log)
+			}
+			switch {
+			case perr != nil:
+				jr.rec.Error = "could not resume after an agent restart: " + perr.Error()
+			case !resumes(job, len(jr.adopt)):
+				jr.rec.Error = "interrupted by an agent restart; batch jobs are not rerun (submit it again)"
+			}
+			if jr.rec.Error != "" {
+				now := time.Now()
+				jr.rec.Status, jr.rec.FinishedAt = api.JobDead, &now
+				a.putJob(ctx, jr.rec)
+				log.Warn("job not resumed", "reason", jr.rec.Error)
+			}
+		}
+		a.mu.Lock()
+		a.jobs[rec.ID] = jr
+		a.mu.Unlock()
+		if jr.rec.Status == api.JobRunning {
+			log.Info("resuming job after agent restart", "type", job.Type, "allocations_re_adopted", len(jr.adopt))
+			if err := a.start(jr); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) putJob(ctx context.Context, rec jobRecord) {
+	b, err := json.Marshal(rec)
+	if err == nil {
+		err = a.node.Store.PutJob(context.WithoutCancel(ctx), rec.ID, b)
+	}
+	if err != nil {
+		a.log.Error("could not record job", "job", rec.ID, "err", err)
+	}
+}
+
+// start runs jr's job in its own goroutine, unless the agent drains.
+func (a *Agent) start(jr *jobRun) error {
+	ctx, cancel := context.WithCancel(a.jobsCtx)
+	a.mu.Lock()
+	if a.draining {
+		// Checked under the lock drain takes before it waits for the
+		// runs: no run is added once it waits.
+		a.mu.Unlock()
+		cancel()
+		return ErrDraining
+	}
+	jr.cancel, jr.done, jr.summary = cancel, make(chan struct{}), nil
+	jr.unrecorded, jr.recordErr = 0, ""
+	done := jr.done
+	a.runs.Add(1)
+	a.mu.Unlock()
+	job := jr.job
+	log := a.log.With("job", job.ID)
+	go func() {
+		defer a.runs.Done()
+		defer close(done)
+		defer cancel()
+		select {
+		case <-a.reconciled:
+		case <-ctx.Done():
+		}
+		a.mu.Lock()
+		stopping, replacing := jr.stopping, jr.replacing
+		a.mu.Unlock()
+		if ctx.Err() != nil || stopping {
+			// Stopped (or drained) before it ran, or a stop an earlier
+			// agent did not finish: the allocations claimed from an
+			// earlier agent are stopped and torn down, not left pending
+			// with an owner that is about to be gone (unless the agent
+			// detaches: the next one re-adopts them).
+			a.mu.Lock()
+			adopt := jr.adopt
+			jr.adopt = nil
+			a.mu.Unlock()
+			why := "drain"
+			switch {
+			case stopping:
+				why = "job stop"
+			case replacing:
+				why = "job replaced"
+			}
+			for _, al := range adopt {
+				if a.runner.Detached() {
+					break
+				}
+				a.allocDone(log, jr, a.runner.StopAdopted(ctx, job, al, "stopped ("+why+") before this agent resumed it"))
+			}
+			a.finish(jr, nil, nil, false)
+			return
+		}
+		log.Info("job started", "type", job.Type, "groups", len(job.Groups))
+		a.mu.Lock()
+		o := runner.RunOptions{
+			OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) },
+			Adopt:   jr.adopt,
+			Resume:  jr.adopt != nil,
+			OnLaunch: func(t time.Time) {
+				a.mu.Lock()
+				jr.rec.LastLaunch = &t
+				rec := jr.rec
+				a.mu.Unlock()
+				a.putJob(ctx, rec)
+			},
+		}
+		if jr.rec.LastLaunch != nil {
+			o.LastLaunch = *jr.rec.LastLaunch
+		}
+		jr.adopt = nil
+		a.mu.Unlock()
+		sum, err := a.runner.RunJob(ctx, job, o)
+		// A detach (agent stopped without draining) is no end of the job.
+		natural := ctx.Err() == nil && !a.runner.Detached()
+		if err != nil {
+			log.Error("job run failed", "err", err)
+		}
+		a.finish(jr, sum, err, natural)
+	}()
+	return nil
+}
+
+// allocDone logs an allocation's end with everything an operator greps
+// for: alloc_id, job, netns and network. An allocation the store could
+// not record is the job's error, so that its status says why.
+func (a *Agent) allocDone(log *slog.Logger, jr *jobRun, al *store.Allocation) {
+	a.recordAlloc(al)
+	for _, ev := range al.Events {
+		if ev.Type != runner.EventNotRecorded {
+			continue
+		}
+		a.mu.Lock()
+		jr.unrecorded++
+		if jr.recordErr == "" {
+			jr.recordErr = fmt.Sprintf("allocation %s could not be recorded: %s", al.ID, ev.Message)
+		}
+		jr.rec.Error = jr.recordError()
+		a.mu.Unlock()
+		log.Error("allocation could not be recorded", "alloc_id", al.ID, "err", ev.Message)
+		break
+	}
+	attrs := []any{"alloc_id", al.ID, "group", al.Group, "status", al.Status}
+	if n := al.Network; n != nil {
+		attrs = append(attrs, "netns", n.NetnsPath, "network", n.Network, "ipv4", strings.Join(n.IPv4, ","))
+	}
+	var exits []string
+	for _, t := range al.Tasks {
+		exits = append(exits, fmt.Sprintf("%s=%d", t.Name, t.ExitCode))
+	}
+	attrs = append(attrs, "exit_codes", strings.Join(exits, ","),
+		"setup_ms", al.TimingsMS["netns"]+al.TimingsMS["add"], "teardown_ms", al.TimingsMS["del"]+al.TimingsMS["remove"])
+	if al.Status == store.AllocComplete {
+		log.Info("allocation finished", attrs...)
+		return
+	}
+	log.Warn("allocation finished", append(attrs, "desc", al.StatusDesc)...)
+}
+
+// finish records how a run ended. A stopped job is forgotten; one that
+// ended by itself is dead; one interrupted by the drain stays "running"
+// in the store so that it resumes at the next start.
+func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bool) {
+	log := a.log.With("job", jr.rec.ID)
+	if sum != nil {
+		by := map[string]int{}
+		for k, v := range sum.ByStatus {
+			by[string(k)] = v
+		}
+		log.Info("job finished", "launches", sum.Launches, "allocations", by, "teardown_retries", sum.TeardownRetries, "natural_end", natural)
+		if len(sum.Leaks) > 0 {
+			log.Error("job left things behind (gc retries them)", "leaks", strings.Join(sum.Leaks, "; "))
+		}
+	}
+	ctx := context.WithoutCancel(a.jobsCtx)
+	// Decided under the lock, written after it: submit and stop wait for
+	// this run's done, which closes only once finish has returned, so the
+	// store sees these writes before any newer one of the same job.
+	var del bool
+	var put *jobRecord
+	a.mu.Lock()
+	jr.cancel = nil
+	jr.summary = sum
+	switch {
+	case a.jobs[jr.rec.ID] != jr:
+	case jr.stopping:
+		delete(a.jobs, jr.rec.ID)
+		del = true
+	case a.draining && !natural:
+		// Stays "running" in the store: it resumes at the next start.
+	default:
+		now := time.Now()
+		jr.rec.Status, jr.rec.FinishedAt = api.JobDead, &now
+		switch {
+		case runErr != nil:
+			jr.rec.Error = runErr.Error()
+		case jr.recordErr != "":
+			jr.rec.Error = jr.recordError()
+		case jr.replacing:
+			jr.rec.Error = "replaced by a new submission"
+		}
+		rec := jr.rec
+		put = &rec
+	}
+	a.mu.Unlock()
+	if del {
+		if err := a.node.Store.DeleteJob(ctx, jr.rec.ID); err != nil {
+			log.Error("could not delete stopped job", "err", err)
+		}
+	}
+	if put != nil {
+		a.putJob(ctx, *put)
+	}
+}
+
+// submit parses and starts a job, replacing a running one with the same
+// ID (stopped first, its networks torn down).
+func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
+	vars := varsOf(req)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, vars)
+	if err != nil {
+		return nil, err
+	}
+	unlock := a.keys.Lock(job.ID)
+	defer unlock()
+	if a.isDraining() {
+		return nil, ErrDraining
+	}
+	resp := &api.JobSubmitResponse{JobID: job.ID, Warnings: warnings(job), NextLaunches: nextLaunches(job, 5), Parameterized: job.IsParameterized()}
+
+	a.mu.Lock()
+	old := a.jobs[job.ID]
+	var oldDone chan struct{}
+	if old != nil && old.cancel != nil {
+		old.replacing = true
+		old.cancel()
+		oldDone = old.done
+		resp.Replaced = true
+	}
+	a.mu.Unlock()
+	if oldDone != nil {
+		a.log.Info("replacing running job: stopping the old one", "job", job.ID)
+		if err := a.wait(ctx, oldDone); err != nil {
+			return nil, fmt.Errorf("job %s: the previous version is still stopping (%w); submit again once `berth job status %s` says dead", job.ID, err, job.ID)
+		}
+	}
+	if a.isDraining() {
+		return nil, ErrDraining
+	}
+
+	jr := &jobRun{job: job, rec: jobRecord{
+		ID: job.ID, Source: req.JobHCL, Filename: req.Filename, SubmittedAt: time.Now().UTC(), Status: api.JobRunning,
+		jobVars: vars,
+	}}
+	if job.IsParameterized() {
+		// Kept, never run: each dispatch runs a child job.
+		jr.rec.Status = api.JobRegistered
+	}
+	b, err := json.Marshal(jr.rec)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
+	}
+	if err := a.node.Store.PutJob(ctx, job.ID, b); err != nil {
+		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	a.mu.Lock()
+	a.jobs[job.ID] = jr
+	a.mu.Unlock()
+	if jr.rec.Status == api.JobRegistered {
+		return resp, nil
+	}
+	if err := a.start(jr); err != nil {
+		// Recorded as running: it starts with the next agent.
+		return nil, err
+	}
+	return resp, nil
+}
+
+// wait waits for done, at most stop_timeout and as long as ctx lasts.
+func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
+	t := time.NewTimer(a.set.stopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("stop_timeout %s passed", a.set.stopTimeout)
+	}
+}
+
+// plan parses a job and says what submitting it would do.
+func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
+	if err != nil {
+		return nil, err
+	}
+	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	a.mu.Lock()
+	if jr := a.jobs[job.ID]; jr != nil {
+		resp.Exists, resp.Running = true, jr.cancel != nil
+	}
+	a.mu.Unlock()
+	return resp, nil
+}
+
+// stop stops a job and forgets it. It waits for the tasks and networks
+// to be gone up to stop_timeout; stopped is false if it gave up waiting
+// (the job goes on stopping and is forgotten when done).
+func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, error) {
+	if err := validJobID(id); err != nil {
+		return nil, err
+	}
+	unlock := a.keys.Lock(id)
+	defer unlock()
+	a.mu.Lock()
+	jr := a.jobs[id]
+	if jr == nil {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	if jr.cancel == nil {
+		// Not running: forget it now.
+		delete(a.jobs, id)
+		sum := jr.summary
+		a.mu.Unlock()
+		if err := a.node.Store.DeleteJob(ctx, id); err != nil {
+			return nil, err
+		}
+		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
+	}
+	jr.stopping = true
+	jr.rec.Status = api.JobStopping
+	// The stop is recorded before anything stops (under a.mu, so that
+	// the run's end, which deletes the record, comes after): an agent
+	// killed meanwhile leaves it to the next one, which finishes it.
+	a.putJob(ctx, jr.rec)
+	fault.Point(fault.StopRequested)
+	done := jr.done
+	a.mu.Unlock()
+	a.runner.RequestStops(ctx, id, "job stop")
+	a.mu.Lock()
+	if jr.cancel != nil {
+		jr.cancel()
+	}
+	a.mu.Unlock()
+	a.log.Info("stopping job", "job", id)
+	resp := &api.JobStopResponse{JobID: id}
+	if err := a.wait(ctx, done); err != nil {
+		a.log.Warn("job still stopping; it is forgotten once its tasks and networks are gone", "job", id, "err", err)
+		return resp, nil
+	}
+	a.mu.Lock()
+	resp.Stopped, resp.Summary = true, WireSummary(jr.summary)
+	a.mu.Unlock()
+	return resp, nil
+}
+
+func (a *Agent) allocCounts(ctx context.Context, job string) (map[string]int, []*store.Allocation, error) {
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: job})
+	if err != nil {
+		return nil, nil, err
+	}
+	by := map[string]int{}
+	for _, al := range allocs {
+		by[string(al.Status)]++
+	}
+	return by, allocs, nil
+}
+
+// stubLocked describes jr; the caller holds a.mu.
+func stubLocked(jr *jobRun) api.JobStub {
+	s := api.JobStub{
+		ID: jr.rec.ID, Status: jr.status(), SubmittedAt: jr.rec.SubmittedAt,
+		FinishedAt: jr.rec.FinishedAt, Error: jr.rec.Error,
+	}
+	s.ParentID = jr.rec.ParentID
+	if j := jr.job; j != nil {
+		s.Type, s.Namespace, s.Parameterized = j.Type, j.Namespace, j.IsParameterized()
+		if j.Periodic != nil {
+			s.Periodic = j.Periodic.Crons
+			if s.Status == api.JobRunning && j.Periodic.Enabled {
+				if t := j.Periodic.Next(time.Now()); !t.IsZero() {
+					s.NextLaunch = &t
+				}
+			}
+		}
+	}
+	return s
+}
+
+// listJobs returns every job the agent knows, sorted by ID.
+func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
+	a.mu.Lock()
+	stubs := make([]api.JobStub, 0, len(a.jobs))
+	for _, jr := range a.jobs {
+		stubs = append(stubs, stubLocked(jr))
+	}
+	a.mu.Unlock()
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{})
+	if err != nil {
+		return nil, err
+	}
+	perJob := map[string]map[string]int{}
+	for _, al := range allocs {
+		if perJob[al.JobID] == nil {
+			perJob[al.JobID] = map[string]int{}
+		}
+		perJob[al.JobID][string(al.Status)]++
+	}
+	for i := range stubs {
+		stubs[i].Allocations = perJob[stubs[i].ID]
+		if stubs[i].Allocations == nil {
+			stubs[i].Allocations = map[string]int{}
+		}
+	}
+	sort.Slice(stubs, func(i, j int) bool { return stubs[i].ID < stubs[j].ID })
+	return stubs, nil
+}
+
+// jobStatus is a job's summary, its spec and its allocations.
+func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error) {
+	if err := validJobID(id); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	jr := a.jobs[id]
+	var st api.JobStatus
+	if jr != nil {
+		st.JobStub, st.Job, st.Summary = stubLocked(jr), wireJob(jr.job), WireSummary(jr.summary)
+	}
+	a.mu.Unlock()
+	if jr == nil {
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	by, allocs, err := a.allocCounts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	st.JobStub.Allocations = by
+	st.Allocations = wireAllocStubs(allocs)
+	return &st, nil
+}
+
+func (a *Agent) jobCounts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	by := map[string]int{}
+	for _, jr := range a.jobs {
+		by[jr.status()]++
+	}
+	return by
+}

@@ -1,0 +1,224 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/berth/berth/internal/cgroup"
+	"github.com/berth/berth/internal/pidfd"
+	"github.com/berth/berth/internal/proc"
+	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/driver"
+	"github.com/berth/berth/task/driver/exec/supervisor"
+)
+
+// Recover re-attaches a task from its recorded handle, after the berth
+// that started it died:
+//   - its supervisor is alive, with the recorded start time and the
+//     command line of this data dir's supervisor of that alloc and task:
+//     the handle watches it as Start's does (logs keep growing in the same
+//     files, the exit is read from the status file when it comes);
+//   - it is gone and left the status file it was to write (its PID and
+//     start time in it): the handle is done, with the task's real exit;
+//   - anything else (gone without a status, the PID now another
+//     process's or another data dir's supervisor): ErrNotRecoverable.
+func (d *Driver) Recover(ctx context.Context, th store.TaskHandle) (driver.Handle, error) {
+	if err := d.checkHandle(th); err != nil {
+		return nil, err
+	}
+	id := th.AllocID + "/" + th.Task
+	notRecoverable := func(format string, a ...any) error {
+		return fmt.Errorf("%s: recover task %s: %s: %w", d.name, id, fmt.Sprintf(format, a...), driver.ErrNotRecoverable)
+	}
+	if th.SupervisorPID <= 0 || th.StatusPath == "" || th.AllocID == "" || th.Task == "" {
+		return nil, notRecoverable("the handle names no supervisor (recorded by an older berth)")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	h := &handle{
+		drv: d, id: id, allocID: th.AllocID, task: th.Task,
+		supPID: th.SupervisorPID, supStart: th.SupervisorStartTime,
+		pid: th.PID, startTime: th.PIDStartTime, statusPath: th.StatusPath,
+		killSignal: syscall.Signal(th.KillSignal),
+		done:       make(chan struct{}),
+	}
+	if th.CgroupPath != "" {
+		cg, err := cgroup.FromPath(d.hierarchies(), d.cgroupParent, th.CgroupPath)
+		if err != nil {
+			return nil, notRecoverable("%v", err)
+		}
+		if len(cg.Dirs()) > 0 {
+			h.cg = cg
+		}
+	}
+	why := ""
+	sup, err := pidfd.Open(th.SupervisorPID, func(pid int) bool {
+		st, err := proc.ReadStat(pid)
+		switch {
+		case err != nil:
+			why = "it is gone"
+			return false
+		case st.StartTime != th.SupervisorStartTime:
+			why = fmt.Sprintf("the PID now names another process (start time %d, recorded %d)", st.StartTime, th.SupervisorStartTime)
+			return false
+		case st.Zombie():
+			why = "it has exited"
+			return false
+		}
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || !supervisor.IsSupervisorOf(cmdline, d.storeID, th.AllocID, th.Task) {
+			why = fmt.Sprintf("it is not the supervisor of task %s of this data dir (store %s): %q", id, d.storeID, cmdline)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: recover task %s: %w", d.name, id, err)
+	}
+	if sup != nil {
+		h.sup = sup
+		// Without a pidfd (the task gone, or its PID reused) the handle
+		// falls back to the supervisor's status: nothing to report.
+		h.taskProc, _ = pidfd.Open(th.PID, func(pid int) bool {
+			st, err := proc.ReadStat(pid)
+			return err == nil && st.StartTime == th.PIDStartTime
+		})
+		h.startedAt = time.Now()
+		go h.watch()
+		d.log.Debug("task re-attached", "task", id, "pid", th.PID, "supervisor", th.SupervisorPID)
+		return h, nil
+	}
+	// Gone: then it wrote the status before it exited, or it was killed.
+	st, err := readStatus(th.StatusPath)
+	switch {
+	case err != nil:
+		return nil, notRecoverable("supervisor pid %d: %s, and no exit status: %v", th.SupervisorPID, why, err)
+	case st.SupervisorPID != th.SupervisorPID || st.SupervisorStart != th.SupervisorStartTime || st.StoreID != d.storeID:
+		return nil, notRecoverable("supervisor pid %d: %s, and %s is another supervisor's (pid %d, start %d, store %s)",
+			th.SupervisorPID, why, th.StatusPath, st.SupervisorPID, st.SupervisorStart, st.StoreID)
+	}
+	h.result = driver.ExitResult{ExitCode: st.ExitCode, Signal: st.Signal, OOMKilled: st.OOMKilled, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+	close(h.done)
+	d.log.Debug("task ended while nobody watched", "task", id, "exit_code", st.ExitCode, "signal", st.Signal)
+	return h, nil
+}
+
+// killGroup SIGKILLs the recorded leader (if still the same process) and
+// the members of its process group, and waits until none is alive.
+func (d *Driver) killGroup(ctx context.Context, pid int, start uint64) error {
+	const poll = 5 * time.Millisecond
+	for {
+		st, err := proc.ReadStat(pid)
+		leaderOurs := err == nil && st.StartTime == start
+		if err == nil && !leaderOurs {
+			// The PID names another process now; so does its group ID.
+			d.log.Debug("recorded pid belongs to another process, not killing", "pid", pid, "start", start, "found_start", st.StartTime)
+			return nil
+		}
+		if leaderOurs && !st.Zombie() {
+			if err := proc.KillIfSame(pid, start, syscall.SIGKILL); err != nil &&
+				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
+				return fmt.Errorf("%s: cleanup pid %d: %w", d.name, pid, err)
+			}
+		}
+		if !leaderOurs || st.Zombie() {
+			// ESRCH proves that no process has this group ID, ours or not:
+			// nothing is left, and the /proc scan below can be skipped.
+			if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+		}
+		members, err := proc.GroupMembers(ctx, pid)
+		if err != nil {
+			return fmt.Errorf("%s: cleanup process group %d: %w", d.name, pid, err)
+		}
+		left := 0
+		for _, m := range members {
+			if m.StartTime < start {
+				continue // cannot descend from our task
+			}
+			left++
+			if err := proc.KillIfSame(m.PID, m.StartTime, syscall.SIGKILL); err != nil &&
+				!errors.Is(err, proc.ErrNotFound) && !errors.Is(err, proc.ErrReused) {
+				return fmt.Errorf("%s: cleanup pid %d of process group %d: %w", d.name, m.PID, pid, err)
+			}
+		}
+		if left == 0 && (!leaderOurs || st.Zombie()) {
+			return nil
+		}
+		if err := sleepCtx(ctx, poll); err != nil {
+			return fmt.Errorf("%s: cleanup process group %d: %d processes left: %w", d.name, pid, left, err)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+var _ driver.Finder = (*Driver)(nil)
+
+// Find implements driver.Finder for a task of allocID an earlier berth
+// started and did not record. Its supervisor (found by its command line)
+// and task cgroup are removed, the task with them: a supervisor cannot be
+// re-attached without the start times its handle records. A task that
+// already ended left its status file in allocDir: it is re-attached from
+// it (Recover), so that its exit is recorded and it is not run again.
+func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (driver.Handle, []string, error) {
+	var removed []string
+	sups, err := d.supervisors(ctx, d.storeID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: find the supervisors of task %s/%s: %w", d.name, allocID, task, err)
+	}
+	for _, l := range sups {
+		if l.AllocID != allocID || l.Task != task {
+			continue
+		}
+		if err := d.RemoveLeftover(ctx, l); err != nil {
+			return nil, removed, err
+		}
+		removed = append(removed, "supervisor "+l.ID)
+	}
+	if cg, err := cgroup.Children(d.hierarchies(), d.cgroupParent); err == nil {
+		for _, n := range cg {
+			if n != d.storeID+"."+allocID+"."+task {
+				continue
+			}
+			l := driver.Leftover{Driver: d.name, StoreID: d.storeID, Kind: KindCgroup, ID: filepath.Join(d.cgroupParent, n), AllocID: allocID, Task: task}
+			if err := d.RemoveLeftover(ctx, l); err != nil {
+				return nil, removed, err
+			}
+			removed = append(removed, "cgroup "+l.ID)
+		}
+	}
+	if len(removed) > 0 || allocDir == "" {
+		return nil, removed, nil
+	}
+	path := filepath.Join(allocDir, statusName(task))
+	st, err := readStatus(path)
+	if err != nil || st.StoreID != d.storeID || st.AllocID != allocID || st.Task != task || !st.FinishedAt.After(since) {
+		// Not this task's, or an earlier attempt's (recorded already).
+		return nil, nil, nil
+	}
+	h, err := d.Recover(ctx, store.TaskHandle{Driver: d.name, SupervisorPID: st.SupervisorPID, SupervisorStartTime: st.SupervisorStart,
+		PID: st.PID, PIDStartTime: st.PIDStart, StatusPath: path, AllocID: allocID, Task: task})
+	if err != nil {
+		return nil, nil, nil
+	}
+	return h, nil, nil
+}
