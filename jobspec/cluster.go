@@ -106,6 +106,7 @@ func (p *parser) checkKind(a *hclsyntax.Attribute, k kind, where string) {
 
 // evalAll evaluates every attribute under body.
 func (p *parser) evalAll(body *hclsyntax.Body) {
+	p.expandDynamic(body)
 	for _, a := range sortedAttrs(body) {
 		p.value(a)
 	}

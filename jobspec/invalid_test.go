@@ -18,7 +18,7 @@ func TestInvalidJobs(t *testing.T) {
 		pos  string // line:col of the first diagnostic
 		want []string
 	}{
-		{"dynamic_block", "3:5", []string{"dynamic blocks are not supported by berth yet (in group \"g\")", "write the blocks out"}},
+		{"dynamic_block", "4:18", []string{`for_each of dynamic "task" must be a list, set, map or object, got number 3`}},
 		{"syntax_error", "2:18", []string{"Missing newline after argument"}},
 		{"missing_job_label", "1:1", []string{"missing its job ID label", `job "<job ID>"`}},
 		{"two_jobs", "12:1", []string{"duplicate job block", "first is at testdata/invalid/two_jobs.hcl:1:1"}},
