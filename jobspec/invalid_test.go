@@ -32,7 +32,7 @@ func TestInvalidJobs(t *testing.T) {
 		{"unknown_attr_network", "6:7", []string{`unknown attribute "bandwidth" in network block in group "g"`, "valid attributes: hostname, mbits, mode"}},
 		{"unknown_attr_periodic", "5:5", []string{`unknown attribute "spec" in periodic block`, "cron, crons, enabled"}},
 		{"unknown_attr_restart", "6:7", []string{`unknown attribute "render_templates" in restart block`, "attempts, delay, interval, mode"}},
-		{"unknown_attr_constraint", "5:5", []string{`unknown attribute "version" in constraint`, "attribute, operator, value"}},
+		{"unknown_attr_constraint", "5:5", []string{`unknown attribute "versions" in constraint`, `did you mean "version"?`}},
 		{"block_as_attribute", "4:5", []string{`"restart" in group "g" is a block, not an attribute`, "restart { ... }"}},
 		{"unknown_driver", "5:16", []string{`unknown driver "dockr"`, "known drivers: exec, podman, raw_exec"}},
 		{"missing_driver", "4:5", []string{`task "t" has no driver`, `add driver = "<name>"`, "known drivers: exec, podman, raw_exec"}},
