@@ -133,7 +133,7 @@ var (
 	// operator and value, as in a constraint.
 	affinityShape = &shape{attrs: map[string]kind{"attribute": kStr, "operator": kStr, "value": kStr, "weight": kInt,
 		"version": kStr, "semver": kStr, "regexp": kStr, "set_contains": kStr, "set_contains_all": kStr, "set_contains_any": kStr}}
-	spreadShape   = &shape{
+	spreadShape = &shape{
 		attrs:  map[string]kind{"attribute": kStr, "weight": kInt},
 		blocks: map[string]nested{"target": {label: "target value", s: &shape{attrs: map[string]kind{"percent": kInt}}}},
 	}
