@@ -72,7 +72,7 @@ func (p *parser) identity(blk *hclsyntax.Block, where string) *Identity {
 	if id.ChangeMode == "signal" && id.ChangeSignal == "" {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has change_mode \"signal\" and no change_signal", w), "")
 	}
-	detail := "berth issues no workload identities: the task gets no NOMAD_TOKEN and no token file"
+	detail := "berth issues no workload identities: nothing gets a token (no NOMAD_TOKEN, no token file)"
 	for _, a := range identityAttrs[2:] {
 		if attrs[a] != nil {
 			detail += "; " + a + " is newer Nomad's (1.7+), which Nomad 1.6.5 refuses"
