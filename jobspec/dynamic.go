@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -81,7 +82,14 @@ func (p *parser) expandDynamic(body *hclsyntax.Body) {
 			out = append(out, b)
 			continue
 		}
-		out = append(out, p.dynamic(b)...)
+		if p.budget.err == nil {
+			out = append(out, p.dynamic(b)...)
+		}
+	}
+	if p.budget.err != nil {
+		// What was generated before the limit is not read: the job is
+		// refused, and reading it would take the time the limit saves.
+		out = slices.DeleteFunc(slices.Clone(body.Blocks), func(b *hclsyntax.Block) bool { return b.Type == "dynamic" })
 	}
 	body.Blocks = out
 }
