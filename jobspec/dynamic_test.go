@@ -80,6 +80,16 @@ func TestDynamicBlocks(t *testing.T) {
 			},
 		},
 		{
+			name: "in a driver's config",
+			src:  "job \"j\" {\n group \"g\" {\n task \"t\" {\n driver = \"podman\"\n config {\n image = \"alpine\"\n dynamic \"logging\" {\n for_each = [\"journald\"]\n content { driver = logging.value }\n }\n }\n }\n }\n}\n",
+			check: func(t *testing.T, j *Job) {
+				got := fmt.Sprint(j.Groups[0].Tasks[0].Config["logging"])
+				if got != "[map[driver:journald]]" {
+					t.Errorf("config logging = %s, want [map[driver:journald]]", got)
+				}
+			},
+		},
+		{
 			name:  "empty for_each generates nothing",
 			src:   groupJob("dynamic \"constraint\" {\n for_each = []\n content {\n attribute = \"x\"\n }\n}", ""),
 			check: func(t *testing.T, j *Job) {},
