@@ -106,8 +106,9 @@ func newValidateCmd(g *Globals) *cobra.Command {
 		Long: `Parse and validate a job file as Nomad 1.6.5's "nomad job validate" does. Exit status 0 when
 the file is valid; warnings (blocks that do not apply on one node, and what run refuses on this
 node: constraints it does not meet, a driver, task user or CNI network it lacks, a template or
-driver config it cannot serve) are printed and never change the exit status. Job variables come from -var, -var-file and
-NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the environment).`,
+driver config it cannot serve) are printed and never change the exit status. Job variables come
+from -var, -var-file and NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over
+the environment).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := g.newNode()
