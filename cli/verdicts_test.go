@@ -89,7 +89,8 @@ func TestNodeFactsAgentRefuses(t *testing.T) {
 			path := filepath.Join(corpusDir, tc.file)
 			for _, cmd := range []string{"plan", "run"} {
 				_, _, err := run(t, "job", cmd, "--address", addr, path)
-				checkRefusal(t, "job "+cmd, err, path, tc)
+				// The agent names the file by its base name.
+				checkRefusal(t, "job "+cmd, err, tc.file, tc)
 			}
 		})
 	}
