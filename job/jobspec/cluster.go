@@ -106,6 +106,7 @@ func (p *parser) checkKind(a *hclsyntax.Attribute, k kind, where string) {
 
 // evalAll evaluates every attribute under body.
 func (p *parser) evalAll(body *hclsyntax.Body) {
+	p.expandDynamic(body)
 	for _, a := range sortedAttrs(body) {
 		p.value(a)
 	}
@@ -128,8 +129,11 @@ var (
 	migrateShape = &shape{attrs: map[string]kind{
 		"max_parallel": kInt, "health_check": kStr, "min_healthy_time": kDur, "healthy_deadline": kDur,
 	}}
-	affinityShape = &shape{attrs: map[string]kind{"attribute": kStr, "operator": kStr, "value": kStr, "weight": kInt}}
-	spreadShape   = &shape{
+	// The attribute forms (version = ..., ...) are Nomad's shorthand for
+	// operator and value, as in a constraint.
+	affinityShape = &shape{attrs: map[string]kind{"attribute": kStr, "operator": kStr, "value": kStr, "weight": kInt,
+		"version": kStr, "semver": kStr, "regexp": kStr, "set_contains": kStr, "set_contains_all": kStr, "set_contains_any": kStr}}
+	spreadShape = &shape{
 		attrs:  map[string]kind{"attribute": kStr, "weight": kInt},
 		blocks: map[string]nested{"target": {label: "target value", s: &shape{attrs: map[string]kind{"percent": kInt}}}},
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
@@ -23,7 +24,7 @@ var constraintOps = []string{
 func (p *parser) constraint(blk *hclsyntax.Block, where string, taskLevel bool) (Constraint, bool) {
 	w := "constraint in " + where
 	n := len(p.diags)
-	attrs, _ := p.content(blk.Body, schema{what: w, attrs: []string{"attribute", "operator", "value"}})
+	attrs, _ := p.content(blk.Body, schema{what: w, attrs: append([]string{"attribute", "operator", "value"}, constraintShorthands...)})
 	c := Constraint{Operator: "=", Pos: p.pos(blk.TypeRange)}
 	if s, ok := p.str(attrs["attribute"], w); ok {
 		c.Attribute = s
@@ -38,13 +39,23 @@ func (p *parser) constraint(blk *hclsyntax.Block, where string, taskLevel bool) 
 			c.Operator = s
 		}
 	}
-	if len(p.diags) > n {
-		return c, false
-	}
 	valRange := blk.TypeRange
 	if a := attrs["value"]; a != nil {
 		valRange = a.Expr.Range()
 	}
+	if !p.constraintShorthand(attrs, &c, w, &opRange, &valRange) {
+		return c, false
+	}
+	if len(p.diags) > n {
+		return c, false
+	}
+	if attrs["distinct_hosts"] != nil && c.Operator == "=" && c.Attribute == "" && attrs["value"] == nil {
+		// Nomad 1.6.5 accepts a block holding only distinct_hosts = false
+		// and places as if it were not there.
+		p.warn(attrs["distinct_hosts"].NameRange, fmt.Sprintf("%s with distinct_hosts = false constrains nothing", w), "")
+		return c, false
+	}
+	hasValue := attrs["value"] != nil || c.Value != ""
 	switch {
 	case c.Operator == "distinct_hosts" || c.Operator == "distinct_property":
 		if taskLevel {
@@ -78,7 +89,7 @@ func (p *parser) constraint(blk *hclsyntax.Block, where string, taskLevel bool) 
 			"write attribute = \"${attr.kernel.name}\" (or another node attribute)")
 	case (c.Operator == "is_set" || c.Operator == "is_not_set") && c.Value != "":
 		p.fail(valRange, fmt.Sprintf("constraint operator %q in %s takes no value", c.Operator, where), "remove value")
-	case c.Operator != "is_set" && c.Operator != "is_not_set" && attrs["value"] == nil:
+	case c.Operator != "is_set" && c.Operator != "is_not_set" && !hasValue:
 		p.fail(blk.TypeRange, fmt.Sprintf("constraint with operator %q in %s has no value", c.Operator, where),
 			"write value = \"...\"")
 	case c.Operator == "regexp":
@@ -92,6 +103,55 @@ func (p *parser) constraint(blk *hclsyntax.Block, where string, taskLevel bool) 
 		}
 	}
 	return c, len(p.diags) == n
+}
+
+// constraintShorthands are the attribute forms of a constraint Nomad
+// reads: "regexp = x" is operator "regexp" with value x, and so on.
+var constraintShorthands = []string{
+	"version", "semver", "regexp", "set_contains", "distinct_hosts", "distinct_property",
+	"set_contains_all", "set_contains_any", "is_set", "is_not_set",
+}
+
+// constraintShorthand applies the attribute forms as Nomad 1.6.5 does, in
+// its order (a later one wins): version, semver, regexp and set_contains
+// set the operator and the value; distinct_hosts = true the operator;
+// distinct_property the operator and the attribute. Nomad reads
+// set_contains_all, set_contains_any, is_set and is_not_set there and
+// applies none of them: a warning says so. It returns false when a value
+// has the wrong type.
+func (p *parser) constraintShorthand(attrs map[string]*hclsyntax.Attribute, c *Constraint, w string, opRange, valRange *hcl.Range) bool {
+	ok := true
+	for _, name := range constraintShorthands {
+		a := attrs[name]
+		if a == nil {
+			continue
+		}
+		switch name {
+		case "distinct_hosts":
+			b, bOK := p.boolean(a, w)
+			ok = ok && bOK
+			if b {
+				c.Operator, *opRange = name, a.NameRange
+			}
+		case "set_contains_all", "set_contains_any", "is_set", "is_not_set":
+			_, sOK := p.str(a, w)
+			ok = ok && sOK
+			p.warn(a.NameRange, fmt.Sprintf("%s = ... in %s is accepted and not applied, as in Nomad 1.6.5", name, w),
+				fmt.Sprintf("Nomad reads it and keeps operator %q; write operator = %q instead", c.Operator, name))
+		default:
+			s, sOK := p.str(a, w)
+			ok = ok && sOK
+			if !sOK || s == "" {
+				continue
+			}
+			if name == "distinct_property" {
+				c.Operator, c.Attribute, *opRange = name, s, a.NameRange
+				continue
+			}
+			c.Operator, c.Value, *opRange, *valRange = name, s, a.NameRange, a.Expr.Range()
+		}
+	}
+	return ok
 }
 
 // checkOperator checks an affinity's operator.

@@ -51,7 +51,7 @@ func (p *parser) eval(e hclsyntax.Expression) (cty.Value, bool) {
 // evalCtx is p.ectx plus placeholders for the runtime references e makes.
 func (p *parser) evalCtx(e hclsyntax.Expression) *hcl.EvalContext {
 	var tree map[string]*refNode
-	for _, t := range hclsyntax.Variables(e) {
+	for _, t := range hclsyntax.Variables(unwrapIter(e)) {
 		root := t.RootName()
 		if root == "var" || root == "local" {
 			continue

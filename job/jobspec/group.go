@@ -79,7 +79,7 @@ func (p *parser) group(blk *hclsyntax.Block, j *Job) *Group {
 	g := p.newGroup(blk, j)
 	s := &scope{where: fmt.Sprintf("group %q", g.Name), blk: blk, job: j, group: g}
 	p.walk(groupKeys, s)
-	if !hasBlock(blk.Body, "task") && !hasBlock(blk.Body, "dynamic") {
+	if !hasBlock(blk.Body, "task") {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no task", s.where), "add task \"<name>\" { driver = \"...\" config { ... } }")
 	}
 	p.finishGroup(g, blk, j, s.where)

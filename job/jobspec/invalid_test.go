@@ -18,7 +18,7 @@ func TestInvalidJobs(t *testing.T) {
 		pos  string // line:col of the first diagnostic
 		want []string
 	}{
-		{"dynamic_block", "3:5", []string{"dynamic blocks are not supported by berth yet (in group \"g\")", "write the blocks out"}},
+		{"dynamic_block", "4:18", []string{`for_each of dynamic "task" must be a list, set, map or object, got number 3`}},
 		{"syntax_error", "2:18", []string{"Missing newline after argument"}},
 		{"missing_job_label", "1:1", []string{"missing its job ID label", `job "<job ID>"`}},
 		{"two_jobs", "12:1", []string{"duplicate job block", "first is at testdata/invalid/two_jobs.hcl:1:1"}},
@@ -32,7 +32,7 @@ func TestInvalidJobs(t *testing.T) {
 		{"unknown_attr_network", "6:7", []string{`unknown attribute "bandwidth" in network block in group "g"`, "valid attributes: hostname, mbits, mode"}},
 		{"unknown_attr_periodic", "5:5", []string{`unknown attribute "spec" in periodic block`, "cron, crons, enabled"}},
 		{"unknown_attr_restart", "6:7", []string{`unknown attribute "render_templates" in restart block`, "attempts, delay, interval, mode"}},
-		{"unknown_attr_constraint", "5:5", []string{`unknown attribute "version" in constraint`, "attribute, operator, value"}},
+		{"unknown_attr_constraint", "5:5", []string{`unknown attribute "versions" in constraint`, `did you mean "version"?`}},
 		{"block_as_attribute", "4:5", []string{`"restart" in group "g" is a block, not an attribute`, "restart { ... }"}},
 		{"missing_driver", "4:5", []string{`task "t" has no driver`, `add driver = "<name>"`, "known drivers: exec, podman, raw_exec"}},
 		{"bad_network_mode", "5:14", []string{`invalid network mode "bridged"`, `"host", "none", "bridge" or "cni/<network name>"`}},

@@ -42,7 +42,8 @@ var portLabelRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompi
 func (p *parser) file(body *hclsyntax.Body) *Job {
 	n := len(p.diags)
 	_, blocks := p.content(body, schema{
-		what: "the job file",
+		what:     "the job file",
+		topLevel: true,
 		blocks: []blockSpec{
 			{name: "job", label: "job ID", single: true},
 			{name: "variable", label: "variable name"},
@@ -239,7 +240,7 @@ func (p *parser) jobGroups(blk *hclsyntax.Block, j *Job, where string) {
 			j.Groups = append(j.Groups, p.group(e.blk, j))
 		}
 	}
-	if len(entries) == 0 && !hasBlock(blk.Body, "dynamic") {
+	if len(entries) == 0 {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no group", where), "add group \"<name>\" { task \"<name>\" { driver = \"...\" } }")
 	}
 }
@@ -548,6 +549,7 @@ func (p *parser) knownDrivers(prefix string) string {
 // validator judges it. Nested blocks become lists of maps so that a block
 // written once and a block written three times have the same shape.
 func (p *parser) config(body *hclsyntax.Body, where string) (map[string]any, bool) {
+	p.expandDynamic(body)
 	out := make(map[string]any, len(body.Attributes))
 	ok := true
 	for _, a := range sortedAttrs(body) {
@@ -590,7 +592,7 @@ func (p *parser) config(body *hclsyntax.Body, where string) (map[string]any, boo
 // rangeOfElement is the source range of list element i when the list is
 // written literally, so an error can point at the bad element.
 func rangeOfElement(a *hclsyntax.Attribute, i int) hcl.Range {
-	if tup, ok := a.Expr.(*hclsyntax.TupleConsExpr); ok && i < len(tup.Exprs) {
+	if tup, ok := unwrapIter(a.Expr).(*hclsyntax.TupleConsExpr); ok && i < len(tup.Exprs) {
 		return tup.Exprs[i].Range()
 	}
 	return a.Expr.Range()

@@ -87,6 +87,7 @@ var keySamples = map[string]map[string]string{
 		"service {}":          "service {\n name = \"s\"\n provider = \"nomad\"\n}",
 		"vault {}":            `vault { policies = ["p"] }`,
 		"identity {}":         `identity { env = true }`,
+		"schedule {}":         "schedule {\n cron {\n start = \"30 9 * * MON-FRI *\"\n end = \"0 16\"\n }\n}",
 		"dispatch_payload {}": `dispatch_payload { file = "p" }`,
 		"volume_mount {}":     "volume_mount {\n volume = \"tv\"\n destination = \"/v\"\n}",
 		"csi_plugin {}":       "csi_plugin {\n id = \"c\"\n type = \"node\"\n mount_dir = \"/csi\"\n}",

@@ -196,6 +196,8 @@ type parser struct {
 	// The job's vault and reschedule blocks, which its groups inherit.
 	jobVault   *Vault
 	jobResched *hclsyntax.Block
+	// expanded: bodies whose dynamic blocks were expanded.
+	expanded map[*hclsyntax.Body]bool
 }
 
 // failAt and warnAt report at a position already recorded in the job.
@@ -320,6 +322,9 @@ type schema struct {
 	attrs    []string
 	blocks   []blockSpec
 	anyAttrs bool // meta and env blocks: any attribute name is a key
+	// topLevel: the file's body, read before its variables, where a
+	// dynamic block is not expanded.
+	topLevel bool
 }
 
 type blockSpec struct {
@@ -358,6 +363,9 @@ func (s schema) valid() string {
 // content checks a body against a schema and returns its attributes by
 // name and its well-formed blocks by type, both in source order.
 func (p *parser) content(b *hclsyntax.Body, s schema) (map[string]*hclsyntax.Attribute, map[string][]*hclsyntax.Block) {
+	if !s.anyAttrs && !s.topLevel {
+		p.expandDynamic(b)
+	}
 	attrs := make(map[string]*hclsyntax.Attribute)
 	for _, a := range sortedAttrs(b) {
 		if s.anyAttrs || slices.Contains(s.attrs, a.Name) {
@@ -374,9 +382,9 @@ func (p *parser) content(b *hclsyntax.Body, s schema) (map[string]*hclsyntax.Att
 	blocks := make(map[string][]*hclsyntax.Block)
 	for _, blk := range b.Blocks {
 		spec := s.block(blk.Type)
-		if spec == nil && blk.Type == "dynamic" && !s.anyAttrs {
-			p.fail(blk.TypeRange, fmt.Sprintf("dynamic blocks are not supported by berth yet (in %s)", s.what),
-				"Nomad accepts them; write the blocks out one by one")
+		if spec == nil && blk.Type == "dynamic" && s.topLevel {
+			p.fail(blk.TypeRange, fmt.Sprintf("a dynamic block may not be at the top of %s", s.what),
+				"dynamic blocks generate blocks inside the job block")
 			continue
 		}
 		if spec == nil {

@@ -36,6 +36,8 @@ type Service struct {
 	TaggedAddresses map[string]string `json:"tagged_addresses,omitempty"`
 	Checks          []*Check          `json:"checks,omitempty"`
 	CheckRestart    *CheckRestart     `json:"check_restart,omitempty"`
+	// Identity is newer Nomad's (1.7+) service identity, recorded only.
+	Identity *Identity `json:"identity,omitempty"`
 	// Connect is true when the service has a connect block (Consul
 	// Connect), which berth cannot provide.
 	Connect bool `json:"connect,omitempty"`
@@ -120,6 +122,7 @@ func (p *parser) service(blk *hclsyntax.Block, where string, task string) *Servi
 		blocks: []blockSpec{
 			{name: "check"}, {name: "check_restart", single: true}, {name: "connect", single: true},
 			{name: "meta", single: true}, {name: "canary_meta", single: true}, {name: "tagged_addresses", single: true},
+			{name: "identity", single: true},
 		},
 	})
 	s := &Service{AddressMode: "auto", OnUpdate: "require_healthy", Task: task, Pos: p.pos(blk.TypeRange)}
@@ -168,6 +171,10 @@ func (p *parser) service(blk *hclsyntax.Block, where string, task string) *Servi
 		s.Connect = true
 		p.evalAll(bs[0].Body)
 		p.warn(bs[0].TypeRange, fmt.Sprintf("connect in %s needs Consul Connect, which berth does not have; accepted and ignored", w), "")
+	}
+	if bs := blocks["identity"]; len(bs) > 0 {
+		// Newer Nomad's (1.7+): the service's identity for Consul.
+		s.Identity = p.identity(bs[0], w)
 	}
 	for _, cb := range blocks["check"] {
 		if c := p.serviceCheck(cb, w); c != nil {

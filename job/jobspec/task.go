@@ -67,9 +67,8 @@ var taskKeys = []row{
 	}},
 	serviceRow,
 	vaultRow,
-	{name: "identity", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
-		s.task.Identity = p.identity(f.blocks[0], s.where)
-	}},
+	{name: "identity", form: blockForm, verdict: ignored, handle: taskIdentities},
+	{name: "schedule", form: blockForm, single: true, verdict: ignored, handle: taskSchedule},
 	{name: "dispatch_payload", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
 		s.task.DispatchPayload = p.dispatchPayload(f.blocks[0], s.where)
 	}},
@@ -467,20 +466,6 @@ func (p *parser) vault(blk *hclsyntax.Block, where string) *Vault {
 	p.warn(blk.TypeRange, fmt.Sprintf("vault in %s is accepted, but berth has no Vault", where),
 		"the task gets no Vault token; Nomad refuses the job where Vault is not enabled")
 	return v
-}
-
-func (p *parser) identity(blk *hclsyntax.Block, where string) *Identity {
-	w := "identity block in " + where
-	attrs, _ := p.content(blk.Body, schema{what: w, attrs: []string{"env", "file"}})
-	id := &Identity{Pos: p.pos(blk.TypeRange)}
-	if b, ok := p.boolean(attrs["env"], w); ok {
-		id.Env = b
-	}
-	if b, ok := p.boolean(attrs["file"], w); ok {
-		id.File = b
-	}
-	p.warn(blk.TypeRange, fmt.Sprintf("identity in %s is accepted and ignored", where), "berth issues no workload identities")
-	return id
 }
 
 func (p *parser) resources(blk *hclsyntax.Block, base Resources, where string) Resources {

@@ -214,11 +214,28 @@ type Vault struct {
 	Pos          Pos      `json:"pos"`
 }
 
-// Identity is a task's identity block (workload identity), recorded only.
+// Identity is a task's or a service's identity block (workload
+// identity), recorded only. Name, Audience and the fields after them are
+// newer Nomad's (1.7+).
 type Identity struct {
-	Env  bool `json:"env,omitempty"`
-	File bool `json:"file,omitempty"`
-	Pos  Pos  `json:"pos"`
+	Env          bool          `json:"env,omitempty"`
+	File         bool          `json:"file,omitempty"`
+	Name         string        `json:"name,omitempty"`
+	Audience     []string      `json:"aud,omitempty"`
+	FilePath     string        `json:"filepath,omitempty"`
+	TTL          time.Duration `json:"ttl,omitempty"`
+	ChangeMode   string        `json:"change_mode,omitempty"`
+	ChangeSignal string        `json:"change_signal,omitempty"`
+	Pos          Pos           `json:"pos"`
+}
+
+// Schedule is a task's schedule block (newer Nomad Enterprise's time based
+// task execution), recorded only.
+type Schedule struct {
+	Start    string `json:"start"`
+	End      string `json:"end"`
+	Timezone string `json:"timezone,omitempty"`
+	Pos      Pos    `json:"pos"`
 }
 
 // Task returns the task with that name, or nil.
@@ -329,6 +346,10 @@ type Task struct {
 	VolumeMounts    []*VolumeMount   `json:"volume_mounts,omitempty"`
 	Vault           *Vault           `json:"vault,omitempty"`
 	Identity        *Identity        `json:"identity,omitempty"`
+	// Identities are the named identity blocks newer Nomad allows beside
+	// the default one.
+	Identities []*Identity `json:"identities,omitempty"`
+	Schedule   *Schedule   `json:"schedule,omitempty"`
 	// Kind is Nomad's task kind (Consul Connect proxies); recorded only.
 	Kind string `json:"kind,omitempty"`
 	// Pos is the task block; ConfigPos its config block (the task block when

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,8 +30,10 @@ type fakeNomad struct {
 	stateDir string
 	// fail maps a path prefix to the status it answers with.
 	fail map[string]int
-	// lie: every allocation asked about is complete, on this node.
-	lie bool
+	// lie: every allocation asked about is complete, on this node. Set
+	// while the server runs (anything on 127.0.0.1 may call it, e.g. a
+	// retry aimed at an earlier test's port), so atomic.
+	lie atomic.Bool
 }
 
 // newFakeNomad serves a fake client agent on 127.0.0.1; allocs get alloc
@@ -74,7 +77,7 @@ func (f *fakeNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	case r.URL.Path == "/v1/node/"+f.nodeID+"/allocations":
 		_, _ = w.Write([]byte("[]"))
-	case f.lie && strings.HasPrefix(r.URL.Path, "/v1/allocation/"):
+	case f.lie.Load() && strings.HasPrefix(r.URL.Path, "/v1/allocation/"):
 		_ = json.NewEncoder(w).Encode(map[string]any{"ID": strings.TrimPrefix(r.URL.Path, "/v1/allocation/"), "NodeID": f.nodeID,
 			"JobID": "lie", "TaskGroup": "g", "Namespace": "default", "ClientStatus": "complete", "DesiredStatus": "run",
 			"ModifyIndex": 9, "ModifyTime": time.Now().Add(-time.Hour).UnixNano()})

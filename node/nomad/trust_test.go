@@ -62,7 +62,7 @@ func TestJanitor2FakeNomadLies(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		f, addr := newFakeNomad(t, nil)
-		f.lie = true
+		f.lie.Store(true)
 		// A state dir the fake controls (its node ID in it): the data
 		// dir configured for berth says another node.
 		operator := nomadtest.FakeClientState(t, runner.NewAllocID(), all...)
@@ -82,7 +82,9 @@ func TestJanitor2FakeNomadLies(t *testing.T) {
 			return l == filepath.Join(other, "client", "state.db")
 		})
 		// A fake that names that state as its own.
-		standIn := serveFake(t, &fakeNomad{nodeID: f.nodeID, stateDir: other, lie: true})
+		liar := &fakeNomad{nodeID: f.nodeID, stateDir: other}
+		liar.lie.Store(true)
+		standIn := serveFake(t, liar)
 		for _, tc := range []struct {
 			name, dataDir, want string
 		}{
@@ -111,7 +113,7 @@ func TestJanitor2FakeNomadLies(t *testing.T) {
 
 	t.Run("passes and lies", func(t *testing.T) {
 		f, addr := newFakeNomad(t, nil, withDir)
-		f.lie = true
+		f.lie.Store(true)
 		base := append([]string{"gc", "--nomad", "--json", "--nomad-address", addr, "--nomad-data-dir", f.stateDir, "--nomad-grace-period", "0s"}, dirs(t)...)
 		// A dry run over the whole host lists none of them.
 		out, errs, code := berth(t, append(base, "--dry-run")...)

@@ -1,11 +1,19 @@
 job "j" {
   group "g" {
     dynamic "task" {
-      for_each = ["a", "b"]
-      labels   = [task.value]
+      for_each = 3
+      labels   = ["t${task.key}"]
 
       content {
         driver = "raw_exec"
+      }
+    }
+
+    task "t" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/true"
       }
     }
   }

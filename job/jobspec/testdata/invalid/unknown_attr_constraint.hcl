@@ -2,7 +2,7 @@ job "j" {
   type = "batch"
   constraint {
     attribute = "${attr.kernel.name}"
-    version   = ">= 5.0"
+    versions  = ">= 5.0"
   }
   group "g" {
     task "t" {
