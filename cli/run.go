@@ -21,10 +21,14 @@ import (
 
 // parseJob parses and validates a job file against the node (its drivers
 // and CNI networks), with the job variables of vf and NOMAD_VAR_*. It
-// opens nothing: an invalid job leaves no data dir behind.
-func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
+// opens nothing: an invalid job leaves no data dir behind. With
+// nodeWarnings (validate), what only this node decides (a driver, a user,
+// a CNI network it lacks...) is a warning, as Nomad's validate knows no
+// node; without (run), an error.
+func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *VarFlags, nodeWarnings bool) (*jobspec.Job, error) {
 	opts := n.ParseOptions(ctx)
 	opts.AllowFS = true
+	opts.NodeWarnings = nodeWarnings
 	vf.apply(&opts)
 	return jobspec.ParseFileContext(ctx, path, opts)
 }
@@ -33,7 +37,7 @@ func (g *Globals) parseJob(ctx context.Context, n *node.Node, path string, vf *V
 // job's constraints or node pool, or could never hold one launch of it:
 // before anything is created.
 func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *VarFlags) (*jobspec.Job, error) {
-	job, err := g.parseJob(ctx, n, path, vf)
+	job, err := g.parseJob(ctx, n, path, vf, false)
 	if err != nil {
 		return nil, err
 	}
@@ -100,16 +104,18 @@ func newValidateCmd(g *Globals) *cobra.Command {
 		Use:   "validate [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
 		Short: "Parse and validate a job file; print the normalized job and, for a periodic job, its next launches",
 		Long: `Parse and validate a job file as Nomad 1.6.5's "nomad job validate" does. Exit status 0 when
-the file is valid; warnings (blocks that do not apply on one node, constraints this node does not
-meet) are printed and never change the exit status. Job variables come from -var, -var-file and
-NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over the environment).`,
+the file is valid; warnings (blocks that do not apply on one node, and what run refuses on this
+node: constraints it does not meet, a driver, task user or CNI network it lacks, a template or
+driver config it cannot serve) are printed and never change the exit status. Job variables come
+from -var, -var-file and NOMAD_VAR_<name> in the environment (a -var wins over a file, a file over
+the environment).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := g.newNode()
 			if err != nil {
 				return err
 			}
-			job, err := g.parseJob(cmd.Context(), n, args[0], vf)
+			job, err := g.parseJob(cmd.Context(), n, args[0], vf, true)
 			if err != nil {
 				return err
 			}

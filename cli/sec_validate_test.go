@@ -10,8 +10,9 @@ import (
 	"github.com/berth/berth/internal/testenv"
 )
 
-// podman's privileged = true is refused at the attribute, unless the
-// node's settings allow it.
+// podman's privileged = true is refused by run at the attribute, unless
+// the node's settings allow it; validate warns there (Nomad's validate
+// knows no node's settings).
 func TestSecValidatePodmanPrivileged(t *testing.T) {
 	dir := t.TempDir()
 	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
@@ -28,12 +29,20 @@ func TestSecValidatePodmanPrivileged(t *testing.T) {
   }
 }
 `), 0o644))
-	_, _, err := run(t, append([]string{"validate", job}, common...)...)
-	if err == nil || !strings.Contains(err.Error(), "priv.hcl:7:9: ") || !strings.Contains(err.Error(), "podman_allow_privileged") {
-		t.Fatalf("validate: %v, want an error at priv.hcl:7:9 naming podman_allow_privileged", err)
+	out, _, err := run(t, append([]string{"validate", job}, common...)...)
+	if err != nil || !strings.Contains(out, "warning: "+job+":7:9: ") || !strings.Contains(out, "podman_allow_privileged") {
+		t.Fatalf("validate: %v, want a warning at priv.hcl:7:9 naming podman_allow_privileged:\n%s", err, out)
 	}
-	if _, _, err := run(t, append([]string{"validate", job, "--podman-allow-privileged"}, common...)...); err != nil {
-		t.Fatalf("validate where the node allows it: %v", err)
+	_, _, err = run(t, append([]string{"run", job}, common...)...)
+	if err == nil || !strings.Contains(err.Error(), "priv.hcl:7:9: ") || !strings.Contains(err.Error(), "podman_allow_privileged") {
+		t.Fatalf("run: %v, want an error at priv.hcl:7:9 naming podman_allow_privileged", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Error("run created the data dir for a job it refused")
+	}
+	out, _, err = run(t, append([]string{"validate", job, "--podman-allow-privileged"}, common...)...)
+	if err != nil || strings.Contains(out, "warning:") {
+		t.Fatalf("validate where the node allows it: %v\n%s", err, out)
 	}
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 
@@ -75,3 +76,21 @@ func (lent) Close(context.Context) error { return nil }
 // Unwrap is the lent driver, for what it is beyond driver.Driver
 // (driver.Sweeper: gc's task sweep).
 func (l lent) Unwrap() driver.Driver { return l.Driver }
+
+// driverHint says what to install or configure for a driver a job names
+// and this node does not have: raw_exec when its setting disables it,
+// another runtime for Nomad's drivers berth does not ship, and for a
+// plugin, that berth loads none.
+func driverHint(name string) string {
+	switch name {
+	case execdrv.NameRawExec:
+		return `raw_exec is disabled on this node: set raw_exec_enabled = true in the tasks block of the agent's config`
+	case "docker":
+		return `berth has no docker driver: podman runs the same images (driver = "podman", config { image = "..." }; install podman)`
+	case "java":
+		return `berth has no java driver: install a JRE and run the jar with exec or raw_exec (command = "java", args = ["-jar", "local/app.jar"])`
+	case "qemu":
+		return `berth has no qemu driver: install qemu and run it with exec or raw_exec (command = "qemu-system-x86_64")`
+	}
+	return fmt.Sprintf("berth loads no task driver plugins, so %q cannot be installed on it: run the task with exec, raw_exec or podman, or on a Nomad client that has the plugin", name)
+}

@@ -198,13 +198,15 @@ func (n *Node) Close(ctx context.Context) error {
 }
 
 // ParseOptions validate a job against this node: its attributes, its
-// drivers and the CNI networks of its config dir.
+// drivers and the CNI networks of its config dir. What only this node
+// decides is an error (run, plan); validate sets NodeWarnings.
 func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
 	return jobspec.ParseOptions{
 		Node:           n.Attrs,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
 		Drivers:        n.Drivers.Validators(),
 		Users:          n.Drivers.UserValidators(),
+		DriverHint:     driverHint,
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
 			return err

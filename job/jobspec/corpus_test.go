@@ -3,6 +3,7 @@ package jobspec
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,15 +31,27 @@ func corpusNode() NodeAttrs {
 	}
 }
 
+// corpusOptions are validate's (NodeWarnings): the corpus is compared
+// with Nomad's validate, which knows no node. Its node has the CNI
+// network "private" and the users of /etc/passwd.
 func corpusOptions() ParseOptions {
+	rawExec, exec := execdrv.NewRawExec(execdrv.Options{}), execdrv.NewExec(execdrv.Options{})
 	return ParseOptions{
 		Node:    corpusNode(),
 		AllowFS: true,
 		Drivers: map[string]func(map[string]any) error{
-			"raw_exec": execdrv.NewRawExec(execdrv.Options{}).ValidateConfig,
-			"exec":     execdrv.NewExec(execdrv.Options{}).ValidateConfig,
+			"raw_exec": rawExec.ValidateConfig,
+			"exec":     exec.ValidateConfig,
 			"podman":   func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
 		},
+		Users: map[string]func(string) error{"raw_exec": rawExec.ValidateUser, "exec": exec.ValidateUser},
+		Network: func(name string) error {
+			if name != "private" {
+				return fmt.Errorf("no CNI network named %q (networks there: private)", name)
+			}
+			return nil
+		},
+		NodeWarnings: true,
 	}
 }
 

@@ -426,7 +426,8 @@ func (p *parser) network(blk *hclsyntax.Block, where string) Network {
 				n.Mode, n.CNI = m, name
 				if p.opts.Network != nil {
 					if err := p.opts.Network(name); err != nil {
-						p.fail(a.Expr.Range(), fmt.Sprintf("network mode %q: %v", m, err), "")
+						p.nodeFact(a.Expr.Range(), fmt.Sprintf("network mode %q: %v", m, err),
+							fmt.Sprintf("add a CNI network configuration named %q (a .conflist whose \"name\" is %q) to this node's CNI config directory (cni_config_dir), or use mode = \"bridge\"", name, name))
 					}
 				}
 			default:

@@ -72,6 +72,18 @@ type ParseOptions struct {
 	// MaxKillTimeout is the node's max_kill_timeout: a longer kill_timeout
 	// is a warning (the runner cuts it). 0 means no limit.
 	MaxKillTimeout time.Duration
+	// NodeWarnings makes what only this node decides a warning instead of
+	// an error: a driver it does not have, a task user it lacks or denies,
+	// a CNI network missing from its config dir, a template it cannot
+	// render (Consul, Vault, Nomad variables), a driver config its driver
+	// refuses. Nomad's `job validate` knows no node and accepts them:
+	// berth's validate sets it; run, plan and the agent leave it false, so
+	// the job is refused, naming what to install or configure, before
+	// anything is created.
+	NodeWarnings bool
+	// DriverHint says what to install or configure on this node for a
+	// driver it does not have; nil names this node's drivers only.
+	DriverHint func(driver string) string
 }
 
 // ParseFile reads and parses one job file; see Parse.

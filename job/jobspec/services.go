@@ -468,7 +468,11 @@ func (p *parser) checkTemplate(t *Template, attrs map[string]*hclsyntax.Attribut
 		} else {
 			r.Start = p.templatePos(r.Start, iss.Line, iss.Column)
 		}
-		p.fail(r, summary, iss.Detail)
+		fix := iss.Detail
+		if fix == "" {
+			fix = "fix the template: it is parsed when the task starts, where Nomad's client fails the task too"
+		}
+		p.nodeFact(r, summary, fix)
 	}
 }
 

@@ -136,7 +136,7 @@ func taskConfig(p *parser, s *scope, f field) {
 	validate, known := p.opts.Drivers[t.Driver]
 	switch {
 	case !known:
-		p.fail(s.attrs["driver"].Expr.Range(), fmt.Sprintf("unknown driver %q in %s", t.Driver, s.where), p.knownDrivers("known drivers: "))
+		p.nodeFact(s.attrs["driver"].Expr.Range(), fmt.Sprintf("driver %q of %s is not on this node", t.Driver, s.where), p.missingDriver(t.Driver))
 	case validate != nil && cfgOK:
 		p.driverConfig(validate(t.Config), t.Driver, s.where, cfgRange, cfgBody)
 	}
@@ -180,8 +180,8 @@ func taskUser(p *parser, s *scope, f field) {
 	s.task.User = x
 	if check := p.opts.Users[s.task.Driver]; check != nil && x != "" {
 		if err := check(x); err != nil {
-			p.fail(f.attr.Expr.Range(), fmt.Sprintf("user %q of %s: %v", x, s.where, err),
-				"name a user that exists on this node and that its settings allow (tasks.user_denylist)")
+			p.nodeFact(f.attr.Expr.Range(), fmt.Sprintf("user %q of %s: %v", x, s.where, err),
+				fmt.Sprintf("create the user on this node (useradd %s), or name one that exists and that its settings allow (tasks.user_denylist in the agent's config)", x))
 		}
 	}
 }
@@ -240,7 +240,8 @@ func (p *parser) driverConfig(err error, driver, where string, cfgRange hcl.Rang
 			p.warn(r, fmt.Sprintf("config for driver %q in %s: %v", driver, where, e), "")
 			continue
 		}
-		p.fail(r, fmt.Sprintf("invalid config for driver %q in %s: %v", driver, where, e), "")
+		p.nodeFact(r, fmt.Sprintf("invalid config for driver %q in %s: %v", driver, where, e),
+			fmt.Sprintf("fix the config block (the README's \"Driver config keys\" lists what the %s driver takes), or the node setting the error names", driver))
 	}
 }
 

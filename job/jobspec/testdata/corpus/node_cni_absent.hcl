@@ -1,4 +1,4 @@
-job "j" {
+job "cni-absent" {
   type = "batch"
   group "g" {
     network {

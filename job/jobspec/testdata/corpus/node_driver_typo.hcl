@@ -1,4 +1,4 @@
-job "j" {
+job "driver-typo" {
   type = "batch"
   group "g" {
     task "t" {

@@ -1,10 +1,10 @@
-job "j" {
+job "exec-no-command" {
   type = "batch"
   group "g" {
     task "t" {
-      driver = "podman"
+      driver = "exec"
       config {
-        command = "/bin/sh"
+        args = ["-c", "true"]
       }
     }
   }
