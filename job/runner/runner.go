@@ -74,6 +74,9 @@ type Options struct {
 	// ArtifactLimits bound each artifact's fetch; zero fields are Nomad's
 	// defaults (artifact.DefaultLimits).
 	ArtifactLimits artifact.Limits
+	// HostVolumes are the node's host volumes by name, which a group's
+	// `volume { type = "host" source = "<name>" }` mounts.
+	HostVolumes map[string]HostVolume
 }
 
 // Runner runs allocations.
@@ -666,6 +669,10 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 		User:   t.User,
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
+	}
+	if dt.Mounts, err = a.r.mounts(a.group, t); err != nil {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		return nil, nil, err
 	}
 	if !readopted {
 		if err := a.setupTask(ctx, t, dt, vars); err != nil {
