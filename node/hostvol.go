@@ -86,4 +86,3 @@ func (c *Config) hostVolumeNames() map[string]bool {
 	}
 	return out
 }
-
