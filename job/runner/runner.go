@@ -670,10 +670,6 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},
 	}
-	if dt.Mounts, err = a.r.mounts(a.group, t); err != nil {
-		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-		return nil, nil, err
-	}
 	if !readopted {
 		if err := a.setupTask(ctx, t, dt, vars); err != nil {
 			// A fetch cut short by a stop is no failure of the task.
@@ -822,7 +818,14 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	}
 	a.phase(ctx, PhaseStarting)
 	start := time.Now()
-	h, err := drv.Start(ctx, dt)
+	// Resolved at each start: a re-adopted task restarted after the
+	// node's host volumes changed fails here, naming the volume.
+	mounts, err := a.r.mounts(a.group, a.group.Tasks[i])
+	dt.Mounts = mounts
+	var h driver.Handle
+	if err == nil {
+		h, err = drv.Start(ctx, dt)
+	}
 	a.timing("task_start", time.Since(start))
 	if err != nil {
 		why := "start failed: " + err.Error()
