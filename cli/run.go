@@ -41,7 +41,7 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 	if err != nil {
 		return nil, err
 	}
-	if err := n.Place(job); err != nil {
+	if err := n.Place(ctx, job); err != nil {
 		return nil, err
 	}
 	return job, nil

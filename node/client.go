@@ -42,6 +42,9 @@ type Client struct {
 	MaxKillTimeout string `hcl:"max_kill_timeout,optional" help:"longest kill_timeout a task gets (a job asking more gets this, with a warning)"`
 
 	Reserved *Reserved `hcl:"reserved,block"`
+	// HostVolumes are host directories jobs may mount (Nomad's client
+	// host_volume blocks); the flag adds one per use.
+	HostVolumes []*HostVolume `hcl:"host_volume,block" help:"a host volume jobs may mount: NAME=PATH, or NAME=PATH:ro for read-only mounts only (repeatable)"`
 }
 
 // Reserved is what the node keeps for itself (berth, the system): it is
@@ -106,6 +109,7 @@ func (c *Config) checkClient(p *Problems) {
 	if d, err := time.ParseDuration(cl.MaxKillTimeout); err != nil || d <= 0 {
 		p.Add("client.max_kill_timeout", "%q: use a positive duration such as \"30s\"", cl.MaxKillTimeout)
 	}
+	c.checkHostVolumes(p)
 }
 
 // MaxKillTimeout is client.max_kill_timeout (after Validate).

@@ -25,6 +25,10 @@ func decodeBody(body hcl.Body, v reflect.Value) hcl.Diagnostics {
 	}
 	seen := map[string]*hcl.Block{}
 	for _, blk := range content.Blocks {
+		if f := v.Field(fields[blk.Type]); f.Kind() == reflect.Slice {
+			diags = append(diags, decodeLabeled(blk, f, seen)...)
+			continue
+		}
 		if first := seen[blk.Type]; first != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
@@ -58,14 +62,21 @@ func bodySchema(t reflect.Type) (*hcl.BodySchema, map[string]int) {
 		fields[name] = i
 		switch kind {
 		case "block":
-			if ft := t.Field(i).Type; ft.Kind() != reflect.Pointer || ft.Elem().Kind() != reflect.Struct {
+			ft := t.Field(i).Type
+			if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Pointer && ft.Elem().Elem().Kind() == reflect.Struct {
+				schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: name, LabelNames: labelNames(ft.Elem().Elem())})
+				continue
+			}
+			if ft.Kind() != reflect.Pointer || ft.Elem().Kind() != reflect.Struct {
 				panic(fmt.Sprintf("node: block %q of %s is a %s, not a pointer to a struct", name, t, ft))
 			}
 			schema.Blocks = append(schema.Blocks, hcl.BlockHeaderSchema{Type: name})
+		case "label":
+			// decodeLabeled sets it from the block's header.
 		case "", "optional":
 			schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: name, Required: kind == ""})
 		default:
-			panic(fmt.Sprintf("node: hcl tag %q of %s: only attributes and blocks are decoded", tag, t))
+			panic(fmt.Sprintf("node: hcl tag %q of %s: only attributes, blocks and labels are decoded", tag, t))
 		}
 	}
 	return schema, fields
@@ -97,5 +108,43 @@ func decodeAttr(attr *hcl.Attribute, f reflect.Value) hcl.Diagnostics {
 	if err := gocty.FromCtyValue(val, f.Addr().Interface()); err != nil {
 		return unsuitable(err)
 	}
+	return diags
+}
+
+// labelNames are the hcl:"name,label" fields of struct type t, in order.
+func labelNames(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		if name, kind, _ := strings.Cut(t.Field(i).Tag.Get("hcl"), ","); kind == "label" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// decodeLabeled appends blk to the slice f (hcl:"name,block" on a slice
+// of pointers to structs with label fields, such as host_volume "name"
+// { ... }); two blocks with the same labels are an error.
+func decodeLabeled(blk *hcl.Block, f reflect.Value, seen map[string]*hcl.Block) hcl.Diagnostics {
+	key := blk.Type + "\x00" + strings.Join(blk.Labels, "\x00")
+	if first := seen[key]; first != nil {
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  fmt.Sprintf("Duplicate %s %q block", blk.Type, strings.Join(blk.Labels, " ")),
+			Detail:   fmt.Sprintf("Another was defined at %s.", first.DefRange.String()),
+			Subject:  blk.DefRange.Ptr(),
+		}}
+	}
+	seen[key] = blk
+	e := reflect.New(f.Type().Elem().Elem())
+	li := 0
+	for i := 0; i < e.Elem().NumField(); i++ {
+		if _, kind, _ := strings.Cut(e.Elem().Type().Field(i).Tag.Get("hcl"), ","); kind == "label" {
+			e.Elem().Field(i).SetString(blk.Labels[li])
+			li++
+		}
+	}
+	diags := decodeBody(blk.Body, e.Elem())
+	f.Set(reflect.Append(f, e))
 	return diags
 }

@@ -198,15 +198,18 @@ func (n *Node) Close(ctx context.Context) error {
 }
 
 // ParseOptions validate a job against this node: its attributes, its
-// drivers and the CNI networks of its config dir. What only this node
-// decides is an error (run, plan); validate sets NodeWarnings.
+// drivers, the CNI networks of its config dir and what they map, its host
+// volumes. What only this node decides is an error (run, plan); validate
+// sets NodeWarnings.
 func (n *Node) ParseOptions(ctx context.Context) jobspec.ParseOptions {
+	res := n.Resources(ctx)
 	return jobspec.ParseOptions{
 		Node:           n.Attrs,
 		MaxKillTimeout: n.Config.MaxKillTimeout(),
 		Drivers:        n.Drivers.Validators(),
 		Users:          n.Drivers.UserValidators(),
 		DriverHint:     driverHint,
+		Resources:      &res,
 		Network: func(name string) error {
 			_, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
 			return err
@@ -248,6 +251,7 @@ func (n *Node) runnerOptions() runner.Options {
 		MaxPendingLaunches: n.Config.Client.MaxPendingLaunches,
 		MaxKillTimeout:     n.Config.MaxKillTimeout(),
 		ArtifactLimits:     n.Config.ArtifactLimits(),
+		HostVolumes:        n.Config.RunnerHostVolumes(),
 	}
 }
 
@@ -282,11 +286,29 @@ func (n *Node) GCOptions() gc.Options {
 // constraint or node pool (a *jobspec.PlacementError), or a launch that
 // asks more CPU, memory or allocations than the node offers at all (a
 // *runner.ExhaustedError). run and plan call it before creating anything.
-func (n *Node) Place(job *jobspec.Job) error {
+func (n *Node) Place(ctx context.Context, job *jobspec.Job) error {
 	if err := job.Placement(n.Attrs); err != nil {
 		return err
 	}
+	if m := job.Missing(n.Resources(ctx)); len(m) > 0 {
+		return m[0]
+	}
 	return n.Capacity.Admissible(job)
+}
+
+// Resources is what this node offers a job beyond its attributes: its
+// host volumes, and which CNI networks of its config dir map ports.
+func (n *Node) Resources(ctx context.Context) jobspec.NodeResources {
+	return jobspec.NodeResources{
+		HostVolumes: n.Config.hostVolumeNames(),
+		PortMap: func(name string) error {
+			net, err := cni.LoadNetwork(ctx, n.Config.CNIConfigDir, name)
+			if err != nil || net.HasPlugin("portmap") {
+				return nil // a network that does not load is the Network check's
+			}
+			return fmt.Errorf("its configuration %s has no portmap plugin: add {\"type\": \"portmap\", \"capabilities\": {\"portMappings\": true}} to its plugins", net.File)
+		},
+	}
 }
 
 // SweepAllocDirs queues for removal the allocation directories no record

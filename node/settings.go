@@ -57,6 +57,11 @@ func settingsOf(t reflect.Type, prefix string, index []int, noFlag bool) []Setti
 		idx := append(append([]int(nil), index...), i)
 		switch kind {
 		case "block":
+			if f.Type.Kind() == reflect.Slice {
+				// Labeled blocks: one setting, whose flag adds one block.
+				out = append(out, Setting{Path: prefix + name, Flag: flagName(prefix + name), Help: f.Tag.Get("help"), index: idx})
+				continue
+			}
 			bt := f.Type
 			if bt.Kind() == reflect.Pointer {
 				bt = bt.Elem()
@@ -128,6 +133,8 @@ func BindFlags(fs *pflag.FlagSet, v any) *Flags {
 			fs.BoolVar(p, s.Flag, *p, s.Help)
 		case *[]string:
 			fs.Var((*pathList)(p), s.Flag, s.Help)
+		case *[]*HostVolume:
+			fs.Var((*hostVolumes)(p), s.Flag, s.Help)
 		default:
 			panic(fmt.Sprintf("node: setting %s: no flag for type %s", s.Path, fv.Type()))
 		}

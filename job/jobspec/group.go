@@ -70,7 +70,7 @@ var groupKeys = []row{
 	{name: "ephemeral_disk", form: blockForm, single: true, verdict: parsed, handle: func(p *parser, s *scope, f field) {
 		s.group.EphemeralDisk = p.ephemeralDisk(f.blocks[0], s.where)
 	}},
-	{name: "volume", form: blockForm, label: "volume name", verdict: parsed, handle: groupVolumes},
+	{name: "volume", form: blockForm, label: "volume name", verdict: runs, handle: groupVolumes},
 	serviceRow,
 	{name: "task", form: blockForm, label: "task name", verdict: runs, handle: groupTasks},
 }
@@ -161,12 +161,7 @@ func (p *parser) finishGroup(g *Group, blk *hclsyntax.Block, j *Job, where strin
 			}
 			leader = t
 		}
-		for _, vm := range t.VolumeMounts {
-			if g.Volumes[vm.Volume] == nil {
-				p.failAt(vm.Pos, fmt.Sprintf("volume_mount in task %q references undefined volume %q", t.Name, vm.Volume),
-					fmt.Sprintf("declare volume %q { type = \"host\" source = \"...\" } in %s", vm.Volume, where))
-			}
-		}
+		p.checkVolumeMounts(g, t, where)
 		if !t.Logs.Disabled {
 			if use := t.Logs.MaxFiles * t.Logs.MaxFileSizeMB; use >= g.EphemeralDisk.SizeMB {
 				p.failAt(t.Pos, fmt.Sprintf("log storage of task %q (%d MB) must be less than the ephemeral disk of %s (%d MB)", t.Name, use, where, g.EphemeralDisk.SizeMB),
@@ -272,9 +267,8 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no source", w), "set source = \"<volume name>\"")
 	}
 	if v.Type == "csi" {
-		p.warn(blk.TypeRange, fmt.Sprintf("%s is a CSI volume, which berth cannot mount", w), "accepted by validate; a task that mounts it cannot run on berth")
-	} else {
-		p.warn(blk.TypeRange, fmt.Sprintf("%s is a host volume, which berth does not mount yet", w), "accepted by validate")
+		p.warn(blk.TypeRange, fmt.Sprintf("%s is a CSI volume, which berth cannot mount", w),
+			"the file is valid, but run refuses the job: berth has no CSI plugins; use type = \"host\" with a host volume of the node's configuration")
 	}
 	return v
 }
@@ -286,4 +280,21 @@ func (g *Group) AllServices() []*Service {
 		out = append(out, t.Services...)
 	}
 	return out
+}
+
+// checkVolumeMounts: each volume_mount names a volume of the group; a
+// raw_exec task's are not mounted (raw_exec has no filesystem isolation,
+// and Nomad's mounts nothing for it either).
+func (p *parser) checkVolumeMounts(g *Group, t *Task, where string) {
+	for _, vm := range t.VolumeMounts {
+		if g.Volumes[vm.Volume] == nil {
+			p.failAt(vm.Pos, fmt.Sprintf("volume_mount in task %q references undefined volume %q", t.Name, vm.Volume),
+				fmt.Sprintf("declare volume %q { type = \"host\" source = \"...\" } in %s", vm.Volume, where))
+			continue
+		}
+		if t.Driver == "raw_exec" {
+			p.warnAt(vm.Pos, fmt.Sprintf("volume_mount of volume %q in task %q is not mounted: the raw_exec driver mounts no volumes (as Nomad's)", vm.Volume, t.Name),
+				"a raw_exec task sees the host's filesystem: use the host volume's path directly")
+		}
+	}
 }

@@ -247,6 +247,16 @@ func (p *parser) jobGroups(blk *hclsyntax.Block, j *Job, where string) {
 
 // placementWarnings tells validate what run would refuse on this node.
 func (p *parser) placementWarnings(j *Job) {
+	if r := p.opts.Resources; r != nil {
+		for _, m := range j.Missing(*r) {
+			if m.Kind == PlaceCSIVolume {
+				continue // the volume's own warning says it
+			}
+			p.warns = append(p.warns, Diagnostic{File: m.Pos.File, Line: m.Pos.Line, Column: m.Pos.Column,
+				Summary: fmt.Sprintf("%s in %s is not offered by this node", m.What, m.Where),
+				Detail:  m.Node + "; the file is valid, but run refuses the job on this node"})
+		}
+	}
 	if p.opts.Node == nil {
 		return
 	}

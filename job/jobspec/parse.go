@@ -48,6 +48,10 @@ type ParseOptions struct {
 	Users map[string]func(user string) error
 	// Network is called with <name> for network mode "cni/<name>".
 	Network func(name string) error
+	// Resources is what the node offers beyond its attributes (host
+	// volumes, CNI networks that map ports); what the job asks and the
+	// node lacks is a warning (run refuses it). Nil skips the check.
+	Resources *NodeResources
 	// Vars are -var NAME=VALUE arguments, in order (a later one wins).
 	Vars []string
 	// VarFiles are -var-file paths, HCL or (named *.json) JSON, in order.

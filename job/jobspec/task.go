@@ -72,7 +72,7 @@ var taskKeys = []row{
 	{name: "dispatch_payload", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
 		s.task.DispatchPayload = p.dispatchPayload(f.blocks[0], s.where)
 	}},
-	{name: "volume_mount", form: blockForm, verdict: parsed, handle: func(p *parser, s *scope, f field) {
+	{name: "volume_mount", form: blockForm, verdict: runs, handle: func(p *parser, s *scope, f field) {
 		for _, b := range f.blocks {
 			s.task.VolumeMounts = append(s.task.VolumeMounts, p.volumeMount(b, s.where))
 		}

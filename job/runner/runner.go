@@ -74,6 +74,9 @@ type Options struct {
 	// ArtifactLimits bound each artifact's fetch; zero fields are Nomad's
 	// defaults (artifact.DefaultLimits).
 	ArtifactLimits artifact.Limits
+	// HostVolumes are the node's host volumes by name, which a group's
+	// `volume { type = "host" source = "<name>" }` mounts.
+	HostVolumes map[string]HostVolume
 }
 
 // Runner runs allocations.
@@ -815,7 +818,14 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	}
 	a.phase(ctx, PhaseStarting)
 	start := time.Now()
-	h, err := drv.Start(ctx, dt)
+	// Resolved at each start: a re-adopted task restarted after the
+	// node's host volumes changed fails here, naming the volume.
+	mounts, err := a.r.mounts(a.group, a.group.Tasks[i])
+	dt.Mounts = mounts
+	var h driver.Handle
+	if err == nil {
+		h, err = drv.Start(ctx, dt)
+	}
 	a.timing("task_start", time.Since(start))
 	if err != nil {
 		why := "start failed: " + err.Error()

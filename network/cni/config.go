@@ -62,6 +62,17 @@ func (n *Network) Name() string { return n.List.Name }
 // Version is the network's cniVersion.
 func (n *Network) Version() string { return n.List.CNIVersion }
 
+// HasPlugin reports whether a plugin of type typ is in the list
+// ("portmap": the network can publish ports).
+func (n *Network) HasPlugin(typ string) bool {
+	for _, p := range n.List.Plugins {
+		if p.Network != nil && p.Network.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
 // Bytes is the configuration list as JSON, as plugins see it.
 func (n *Network) Bytes() []byte { return n.List.Bytes }
 

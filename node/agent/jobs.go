@@ -125,7 +125,7 @@ func (a *Agent) parseJob(ctx context.Context, src []byte, filename string, v job
 	}
 	var pe *jobspec.PlacementError
 	var ee *runner.ExhaustedError
-	switch err := a.node.Place(job); {
+	switch err := a.node.Place(ctx, job); {
 	case errors.As(err, &pe):
 		return nil, jobspec.Diagnostics{pe.Diagnostic()}
 	case errors.As(err, &ee):

@@ -59,6 +59,17 @@ type Task struct {
 	// Labels are attached to whatever the driver creates (container labels),
 	// so an orphan can be found by them after a crash.
 	Labels map[string]string
+	// Mounts are the task's host volumes (volume_mount blocks): exec binds
+	// them into the task's root, podman into the container; raw_exec, as
+	// Nomad's, mounts nothing.
+	Mounts []Mount
+}
+
+// Mount is a host path bound into a task at Dest (a path as the task
+// sees it).
+type Mount struct {
+	Source, Dest string
+	ReadOnly     bool
 }
 
 // Resources is what the task may use, as the job file says (Nomad's

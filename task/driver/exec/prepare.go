@@ -224,6 +224,12 @@ func (d *Driver) resolveExec(l *launch, t *driver.Task, tc *TaskConfig, env map[
 	l.setCaps, l.caps = true, d.taskCaps(tc, l.user == nil || l.user.uid == 0)
 	l.seccomp = !d.noSeccomp
 	l.mounts = d.rootMounts(t.AllocDir)
+	for _, m := range t.Mounts {
+		// After /alloc and chroot_env: a host volume may be mounted
+		// inside either. The supervisor refuses a destination that
+		// climbs out of the root.
+		l.mounts = append(l.mounts, supervisor.Mount{Source: filepath.Clean(m.Source), Dest: filepath.Join("/", m.Dest), ReadOnly: m.ReadOnly})
+	}
 	l.limits = limitsOf(t.Resources)
 	for k, v := range map[string]string{"NOMAD_ALLOC_DIR": "/alloc", "NOMAD_TASK_DIR": "/local", "NOMAD_SECRETS_DIR": "/secrets"} {
 		env[k] = v

@@ -359,7 +359,7 @@ func (d *Driver) spec(t *driver.Task, tc *TaskConfig, name, rawLog, pidFile stri
 		s.StopTimeout = uint(ceilSeconds(t.KillTimeout))
 	}
 	s.StopSignal = int(t.KillSignal)
-	s.Mounts = taskDirMounts(t)
+	s.Mounts = append(taskDirMounts(t), volumeMounts(t)...)
 	return s
 }
 

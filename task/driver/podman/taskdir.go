@@ -45,3 +45,17 @@ func taskDirMounts(t *driver.Task) []mount {
 func (d *Driver) TaskPaths() driver.TaskPaths {
 	return driver.TaskPaths{AllocDir: ContainerAllocDir, TaskDir: ContainerTaskDir, SecretsDir: ContainerSecretsDir}
 }
+
+// volumeMounts are the task's host volumes as bind mounts, as Nomad's
+// podman driver mounts a volume_mount.
+func volumeMounts(t *driver.Task) []mount {
+	var out []mount
+	for _, m := range t.Mounts {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		out = append(out, mount{Destination: m.Dest, Type: "bind", Source: m.Source, Options: []string{"rbind", mode}})
+	}
+	return out
+}

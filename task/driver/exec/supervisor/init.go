@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/berth/berth/internal/inherited"
 	"golang.org/x/sys/unix"
@@ -127,6 +128,9 @@ func bindInto(root string, m Mount) error {
 	if err != nil {
 		return fmt.Errorf("mount source %s: %w", m.Source, err)
 	}
+	if err := noLinkBelow(root, target); err != nil {
+		return err
+	}
 	if err := mountPoint(target, fi.IsDir()); err != nil {
 		return err
 	}
@@ -162,6 +166,32 @@ func setAttr(target string, attr uint64, ro bool) error {
 		flags |= unix.MS_RDONLY
 	}
 	return unix.Mount("", target, "", flags, "")
+}
+
+// noLinkBelow refuses a target whose existing directories below root
+// hold a symlink: a host volume's destination may lie in a directory the
+// task writes (/local, /alloc), where a link would send the mount, and
+// the directories made for it, anywhere on the host.
+func noLinkBelow(root, target string) error {
+	rel, err := filepath.Rel(root, filepath.Dir(target))
+	if err != nil || rel == "." {
+		return err
+	}
+	p := root
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, c)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("mount point %s: %s is a symlink", target, p)
+		}
+	}
+	return nil
 }
 
 // mountPoint makes an empty directory or file to mount on. It must not be

@@ -185,6 +185,31 @@ func TestStepMountPoint(t *testing.T) {
 	}
 }
 
+// A link in a directory below the root (one the task writes, such as
+// local/) is refused: the mount, and the directories made for it, would
+// land outside the root.
+func TestStepNoLinkBelow(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "local/real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(root, "local/link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ target, err string }{
+		{"local/real/data", ""},
+		{"local/new/deeper/data", ""},
+		{"data", ""},
+		{"local/link/data", "local/link is a symlink"},
+		{"local/link/x/data", "local/link is a symlink"},
+	} {
+		err := noLinkBelow(root, filepath.Join(root, tc.target))
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("noLinkBelow(%s) = %v, want %q", tc.target, err, tc.err)
+		}
+	}
+}
+
 func TestStepLookPath(t *testing.T) {
 	dir := t.TempDir()
 	for name, mode := range map[string]os.FileMode{"tool": 0o755, "data": 0o644} {
