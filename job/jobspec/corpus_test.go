@@ -37,7 +37,7 @@ func corpusOptions() ParseOptions {
 		Drivers: map[string]func(map[string]any) error{
 			"raw_exec": execdrv.NewRawExec(execdrv.Options{}).ValidateConfig,
 			"exec":     execdrv.NewExec(execdrv.Options{}).ValidateConfig,
-			"podman":   func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
+			"podman":   podman.Policy{}.ValidateConfig,
 		},
 	}
 }
