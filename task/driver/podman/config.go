@@ -150,7 +150,7 @@ var configKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("cap_add", func(d *decoder, k string) { d.tc.CapAdd = d.caps(k) }).Note("within the agent's allow_caps"),
 	drivercfg.Run("cap_drop", func(d *decoder, k string) { d.tc.CapDrop = d.caps(k) }),
 	drivercfg.Run("security_opt", func(d *decoder, k string) { d.tc.SecurityOpt = d.list(k, securityOpt) }).
-		Note("no-new-privileges, seccomp=, apparmor=, label=, mask=, unmask=; turning seccomp, apparmor or labels off only where the agent's podman_allow_privileged is set"),
+		Note("no-new-privileges, seccomp=, apparmor=, label=, mask=, unmask=; seccomp= (a host file), unmask= and turning AppArmor or labels off only where the agent's podman_allow_privileged is set"),
 	drivercfg.Run("selinux_opts", func(d *decoder, k string) { d.tc.SelinuxOpts = d.list(k) }),
 	drivercfg.Run("apparmor_profile", func(d *decoder, k string) { d.tc.AppArmor = d.str(k) }).Note("unconfined " + privilegedOnly),
 	drivercfg.Run("privileged", func(d *decoder, k string) { d.tc.Privileged = d.boolean(k) }).Note(privilegedOnly),
@@ -161,7 +161,7 @@ var configKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("tty", func(d *decoder, k string) { d.tc.TTY = d.boolean(k) }),
 	drivercfg.Run("sysctl", func(d *decoder, k string) { d.tc.Sysctl = d.strMap(k) }),
 	drivercfg.Run("ulimit", func(d *decoder, k string) { d.tc.Ulimit = d.ulimit(k) }),
-	drivercfg.Run("oom_score_adj", func(d *decoder, k string) { d.tc.OOMScoreAdj = d.optInteger(k, -1000, 1000) }),
+	drivercfg.Run("oom_score_adj", func(d *decoder, k string) { d.tc.OOMScoreAdj = d.optInteger(k, 0, 1000) }).Note("0 to 1000, as exec's: a task cannot shield itself from the OOM killer"),
 	drivercfg.Run("shm_size", func(d *decoder, k string) { d.tc.ShmSize = d.size(k) }),
 	drivercfg.Run("memory_reservation", func(d *decoder, k string) { d.tc.MemoryReservation = d.size(k) }),
 	drivercfg.Run("memory_swap", func(d *decoder, k string) { d.tc.MemorySwap = d.swap(k) }),
@@ -264,9 +264,13 @@ func (p Policy) checkIsolation(tc *TaskConfig) []error {
 		refuse("apparmor_profile", "%q %s", tc.AppArmor, why)
 	}
 	for _, o := range tc.SecurityOpt {
-		if o == "seccomp=unconfined" || o == "apparmor=unconfined" || o == "label=disable" || strings.HasPrefix(o, "unmask=") {
+		// A seccomp profile is a host file the job would choose.
+		if strings.HasPrefix(o, "seccomp=") || o == "apparmor=unconfined" || o == "label=disable" || strings.HasPrefix(o, "unmask=") {
 			refuse("security_opt", "%q %s", o, why)
 		}
+	}
+	if slices.Contains(tc.SelinuxOpts, "disable") {
+		refuse("selinux_opts", "%q %s", "disable", why)
 	}
 	return errs
 }

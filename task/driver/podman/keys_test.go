@@ -64,6 +64,8 @@ func TestConfigKeysApplied(t *testing.T) {
 			probe: "grep ' /dev/shm ' /proc/mounts", inspect: map[string]string{"HostConfig.ShmSize": "3.145728e+06"}, stdout: "size=3072k"},
 		{key: "memory", cfg: map[string]any{"memory_reservation": "32m", "memory_swappiness": 7},
 			probe: "cat /sys/fs/cgroup/memory/memory.soft_limit_in_bytes /sys/fs/cgroup/memory/memory.swappiness", inspect: map[string]string{"HostConfig.MemoryReservation": "3.3554432e+07", "HostConfig.MemorySwappiness": "7"}, stdout: "33554432\n7\n"},
+		{key: "memory_swap", cfg: map[string]any{"memory_swap": "-1"},
+			probe: "true", inspect: map[string]string{"HostConfig.MemorySwap": "-1"}},
 		{key: "pids_limit", cfg: map[string]any{"pids_limit": 64},
 			probe: "cat /sys/fs/cgroup/pids/pids.max", inspect: map[string]string{"HostConfig.PidsLimit": "64"}, stdout: "64\n"},
 		{key: "ulimit", cfg: map[string]any{"ulimit": map[string]any{"nofile": "512:1024", "core": "0"}},

@@ -2,6 +2,7 @@ package podman
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -37,6 +38,8 @@ func TestRefusedKeys(t *testing.T) {
 		{"cap_add outside the node's", Policy{AllowCaps: []string{"CAP_NET_RAW"}}, map[string]any{"cap_add": []any{"chown"}}, "cap_add", "allow_caps (net_raw)"},
 		{"devices", Policy{}, map[string]any{"devices": []any{"/dev/fuse"}}, "devices", "podman_allow_privileged"},
 		{"seccomp off", Policy{}, map[string]any{"security_opt": []any{"seccomp=unconfined"}}, "security_opt", "podman_allow_privileged"},
+		{"seccomp profile", Policy{}, map[string]any{"security_opt": []any{"seccomp=/etc/x.json"}}, "security_opt", "podman_allow_privileged"},
+		{"labels off", Policy{}, map[string]any{"selinux_opts": []any{"disable"}}, "selinux_opts", "podman_allow_privileged"},
 		{"apparmor off", Policy{}, map[string]any{"apparmor_profile": "unconfined"}, "apparmor_profile", "podman_allow_privileged"},
 	}
 	for _, tt := range tests {
@@ -102,5 +105,29 @@ func TestApplyNetworkRefusals(t *testing.T) {
 				t.Fatalf("applyConfig = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The container spec carries each key in podman's terms.
+func TestApplyConfigSpec(t *testing.T) {
+	tc, err := ParseConfig(map[string]any{"image": testImage,
+		"cap_add": []any{"mknod"}, "cap_drop": []any{"ALL"}, "tmpfs": []any{"/run:size=1m,mode=755", "/tmp"},
+		"security_opt": []any{"no-new-privileges", "apparmor=p", "label=type:t", "mask=/a:/b"},
+		"ulimit":       map[string]any{"nofile": "10:20", "core": "-1"}, "memory_swap": "-1", "memory_swappiness": 0,
+		"network_mode": "task:db", "userns": "ns:/proc/1/ns/user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &specGenerator{Rlimits: []rlimit{{Type: "nofile", Soft: 1, Hard: 1}, {Type: "nproc", Soft: 2, Hard: 2}}}
+	if err := applyConfig(s, &driver.Task{AllocID: "a1", TaskName: "web"}, tc); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%v %v %v %v %v %v %v %+v %v %d %d %+v", s.CapAdd, s.CapDrop, s.Mounts, s.NoNewPrivileges, s.ApparmorProfile,
+		s.SelinuxOpts, s.Mask, s.Rlimits, s.Netns, *s.ResourceLimits.Memory.Swap, *s.ResourceLimits.Memory.Swappiness, *s.Userns)
+	want := "[CAP_MKNOD] [ALL] [{/run tmpfs tmpfs [size=1m mode=755]} {/tmp tmpfs tmpfs []}] true p [type:t] [/a /b] " +
+		"[{Type:nofile Hard:20 Soft:10} {Type:nproc Hard:2 Soft:2} {Type:core Hard:18446744073709551615 Soft:18446744073709551615}] " +
+		"{container berth-a1-db} -1 0 {NSMode:path Value:/proc/1/ns/user}"
+	if got != want {
+		t.Errorf("spec:\n got %s\nwant %s", got, want)
 	}
 }
