@@ -119,7 +119,7 @@ const (
 	whyVolumes     = "would bind host paths the job chooses: berth binds only the task's directories (NOMAD_ALLOC_DIR, NOMAD_TASK_DIR, NOMAD_SECRETS_DIR); use a template or an artifact"
 	whyCPUQuota    = "berth sets no CPU quota on podman tasks (resources.cpu is not a hard limit here)"
 	whyPull        = "berth pulls no images: the image must be in local storage"
-	whyLogDriver   = "berth copies the container's output into the task's logs itself (the logs block): use driver \"nomad\""
+	whyLogDriver   = "berth copies the container's output into the task's logs itself (the logs block)"
 	whyAddress     = "the group's network assigns the task's addresses"
 	whyIPC         = "podman tasks keep a private IPC namespace on berth"
 	whySocket      = "berth talks to the agent's own podman service only"
@@ -190,7 +190,7 @@ var loggingKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("driver", func(d *decoder, k string) { d.tc.Logging.Driver = d.logDriver(k) }),
 	drivercfg.Run("options", func(d *decoder, k string) {
 		if d.tc.Logging.Options = d.strMap(k); len(d.tc.Logging.Options) > 0 {
-			d.refuse(k, "is not supported: %s", whyLogDriver)
+			d.refuse(k, "is not supported: %s: leave them out", whyLogDriver)
 		}
 	}),
 }
@@ -615,7 +615,7 @@ func (d *decoder) logDriver(key string) string {
 	switch s {
 	case "", "nomad":
 	case "journald":
-		d.refuse(key, "%q is not supported: %s", s, whyLogDriver)
+		d.refuse(key, "%q is not supported: %s: use driver \"nomad\"", s, whyLogDriver)
 	default:
 		d.bad(key, "%q is not a log driver: use \"nomad\" or \"journald\"", s)
 	}
