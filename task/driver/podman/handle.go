@@ -42,6 +42,7 @@ type specGenerator struct {
 	SelinuxOpts        []string          `json:"selinux_opts,omitempty"`
 	Mask               []string          `json:"mask,omitempty"`
 	Unmask             []string          `json:"unmask,omitempty"`
+	Annotations        map[string]string `json:"annotations,omitempty"`
 	Userns             *namespace        `json:"userns,omitempty"`
 	Devices            []device          `json:"devices,omitempty"`
 	Init               bool              `json:"init,omitempty"`

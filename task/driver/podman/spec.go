@@ -70,10 +70,14 @@ func applySecurity(s *specGenerator, tc *TaskConfig) {
 			s.NoNewPrivileges = val != "false"
 		case "seccomp":
 			s.SeccompProfilePath = val
+			annotate(s, "io.podman.annotations.seccomp", val)
 		case "apparmor":
 			s.ApparmorProfile = val
+			annotate(s, "io.podman.annotations.apparmor", val)
 		case "label":
 			s.SelinuxOpts = append(s.SelinuxOpts, val)
+			// What podman's CLI records, so that inspect shows it.
+			annotate(s, "io.podman.annotations.label", strings.Join(s.SelinuxOpts, ",label="))
 		case "mask":
 			s.Mask = append(s.Mask, strings.Split(val, ":")...)
 		case "unmask":
@@ -89,6 +93,13 @@ func applySecurity(s *specGenerator, tc *TaskConfig) {
 	}
 	s.Terminal = tc.TTY
 	s.Sysctl = tc.Sysctl
+}
+
+func annotate(s *specGenerator, k, v string) {
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[k] = v
 }
 
 // podmanCaps is podman's spelling of Nomad's capability names.
