@@ -69,6 +69,7 @@ type resources struct {
 }
 
 type memoryResources struct {
+	Limit       *int64  `json:"limit,omitempty"`
 	Reservation *int64  `json:"reservation,omitempty"`
 	Swap        *int64  `json:"swap,omitempty"`
 	Swappiness  *uint64 `json:"swappiness,omitempty"`

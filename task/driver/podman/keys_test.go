@@ -41,31 +41,34 @@ func TestConfigKeysApplied(t *testing.T) {
 		// caps are bits of the task's effective capabilities (CapEff
 		// in stdout) that must be set (true) or not.
 		caps map[int]bool
+		// memoryMB is the task's resources.memory.
+		memoryMB int
 	}{
 		{key: "readonly_rootfs", cfg: map[string]any{"readonly_rootfs": true},
-			probe: "touch /probe 2>&1", inspect: map[string]string{"HostConfig.ReadonlyRootfs": "true"}, stdout: "Read-only file system"},
+			probe: "touch /probe 2>&1; true", inspect: map[string]string{"HostConfig.ReadonlyRootfs": "true"}, stdout: "Read-only file system"},
 		{key: "cap_drop", cfg: map[string]any{"cap_drop": []any{"NET_RAW", "chown"}},
 			probe: "grep CapEff /proc/self/status", inspect: map[string]string{"HostConfig.CapDrop": "CAP_CHOWN CAP_NET_RAW"}, stdout: "CapEff:",
 			caps: map[int]bool{0: false, 13: false, 5: true}},
 		{key: "cap_add", cfg: map[string]any{"cap_add": []any{"MKNOD", "cap_audit_write"}},
-			probe: "grep CapEff /proc/self/status", inspect: map[string]string{"HostConfig.CapAdd": "CAP_AUDIT_WRITE CAP_MKNOD"}, stdout: "CapEff:",
+			probe: "grep CapEff /proc/self/status", inspect: map[string]string{"EffectiveCaps": "CAP_MKNOD"}, stdout: "CapEff:",
 			caps: map[int]bool{27: true, 29: true}},
 		{key: "security_opt", cfg: map[string]any{"security_opt": []any{"no-new-privileges", "mask=/etc/hostname"}},
 			probe: "grep NoNewPrivs /proc/self/status; cat /etc/hostname | wc -c", inspect: map[string]string{"HostConfig.SecurityOpt": "no-new-privileges"}, stdout: "NoNewPrivs:\t1\n0\n"},
-		{key: "tmpfs", cfg: map[string]any{"tmpfs": []any{"/scratch:size=1m,mode=1777", "/more"}},
-			probe: "grep -E ' /(scratch|more) ' /proc/mounts", inspect: map[string]string{"HostConfig.Tmpfs": "/scratch"}, stdout: "tmpfs /scratch tmpfs rw,nosuid,nodev,noexec,relatime,size=1024k,mode=1777"},
+		{key: "tmpfs", cfg: map[string]any{"tmpfs": []any{"/scratch:size=1m,mode=755", "/more"}},
+			probe: "grep -E ' /(scratch|more) ' /proc/mounts", inspect: map[string]string{"Mounts": "/scratch"}, stdout: "tmpfs /more tmpfs rw,nosuid,nodev,relatime 0 0\ntmpfs /scratch tmpfs rw,nosuid,nodev,relatime,size=1024k,mode=755"},
 		{key: "sysctl", cfg: map[string]any{"sysctl": map[string]any{"kernel.msgmax": "12345"}},
-			probe: "cat /proc/sys/kernel/msgmax", inspect: map[string]string{"HostConfig.Sysctls": "kernel.msgmax:12345"}, stdout: "12345\n"},
+			probe: "cat /proc/sys/kernel/msgmax", stdout: "12345\n"}, // podman 4.3's inspect does not show sysctls
 		{key: "devices", cfg: map[string]any{"devices": []any{"/dev/null:/dev/btnull:rw"}}, policy: Policy{AllowPrivileged: true},
 			probe: "echo x > /dev/btnull && ls -l /dev/btnull", inspect: map[string]string{"HostConfig.Devices": "/dev/btnull"}, stdout: "1,   3"},
 		{key: "init", cfg: map[string]any{"init": true, "init_path": "/usr/libexec/podman/catatonit"},
-			probe: "tr '\\0' ' ' < /proc/1/cmdline", inspect: map[string]string{"HostConfig.Init": "true"}, stdout: "catatonit"},
+			probe: "tr '\\0' ' ' < /proc/1/cmdline", inspect: map[string]string{"HostConfig.Init": "true"}, stdout: "/run/podman-init -- /bin/sh"},
 		{key: "shm_size", cfg: map[string]any{"shm_size": "3m"},
 			probe: "grep ' /dev/shm ' /proc/mounts", inspect: map[string]string{"HostConfig.ShmSize": "3.145728e+06"}, stdout: "size=3072k"},
 		{key: "memory", cfg: map[string]any{"memory_reservation": "32m", "memory_swappiness": 7},
 			probe: "cat /sys/fs/cgroup/memory/memory.soft_limit_in_bytes /sys/fs/cgroup/memory/memory.swappiness", inspect: map[string]string{"HostConfig.MemoryReservation": "3.3554432e+07", "HostConfig.MemorySwappiness": "7"}, stdout: "33554432\n7\n"},
-		{key: "memory_swap", cfg: map[string]any{"memory_swap": "-1"},
-			probe: "true", inspect: map[string]string{"HostConfig.MemorySwap": "-1"}},
+		{key: "memory_swap", cfg: map[string]any{"memory_swap": "96m"}, memoryMB: 64,
+			probe:   "cat /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes /sys/fs/cgroup/memory/memory.limit_in_bytes",
+			inspect: map[string]string{"HostConfig.MemorySwap": "1.00663296e+08"}, stdout: "100663296\n67108864\n"},
 		{key: "pids_limit", cfg: map[string]any{"pids_limit": 64},
 			probe: "cat /sys/fs/cgroup/pids/pids.max", inspect: map[string]string{"HostConfig.PidsLimit": "64"}, stdout: "64\n"},
 		{key: "ulimit", cfg: map[string]any{"ulimit": map[string]any{"nofile": "512:1024", "core": "0"}},
@@ -79,7 +82,7 @@ func TestConfigKeysApplied(t *testing.T) {
 		{key: "tty", cfg: map[string]any{"tty": true},
 			probe: "[ -t 1 ] && echo tty", inspect: map[string]string{"Config.Tty": "true"}, stdout: "tty"},
 		{key: "network_mode none", cfg: map[string]any{"network_mode": "none"},
-			probe: "ls /sys/class/net | tr '\\n' ' '", inspect: map[string]string{"HostConfig.NetworkMode": "none"}, stdout: "lo \n"},
+			probe: "ls /sys/class/net | wc -l", inspect: map[string]string{"HostConfig.NetworkMode": "none"}, stdout: "1\n"},
 		{key: "working_dir", cfg: map[string]any{"working_dir": "/etc"},
 			probe: "pwd", inspect: map[string]string{"Config.WorkingDir": "/etc"}, stdout: "/etc\n"},
 	}
@@ -91,6 +94,7 @@ func TestConfigKeysApplied(t *testing.T) {
 			}
 			d.policy = tt.policy
 			task := testTask(t, cfg)
+			task.Resources.MemoryMB = tt.memoryMB
 			h := startTask(t, d, task)
 			defer destroy(t, h)
 			if res := waitTask(t, h); res.ExitCode != 0 {

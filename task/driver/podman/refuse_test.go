@@ -119,7 +119,7 @@ func TestApplyConfigSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &specGenerator{Rlimits: []rlimit{{Type: "nofile", Soft: 1, Hard: 1}, {Type: "nproc", Soft: 2, Hard: 2}}}
-	if err := applyConfig(s, &driver.Task{AllocID: "a1", TaskName: "web"}, tc); err != nil {
+	if err := applyConfig(s, &driver.Task{AllocID: "a1", TaskName: "web", Resources: driver.Resources{MemoryMB: 64}}, tc); err != nil {
 		t.Fatal(err)
 	}
 	got := fmt.Sprintf("%v %v %v %v %v %v %v %+v %v %d %d %+v", s.CapAdd, s.CapDrop, s.Mounts, s.NoNewPrivileges, s.ApparmorProfile,

@@ -19,8 +19,7 @@ func applyConfig(s *specGenerator, t *driver.Task, tc *TaskConfig) error {
 	}
 	applySecurity(s, tc)
 	applyStorage(s, tc)
-	applyResources(s, tc)
-	return nil
+	return applyResources(s, t, tc)
 }
 
 // applyNetwork: the task is in its group's network unless network_mode
@@ -140,14 +139,24 @@ func applyStorage(s *specGenerator, tc *TaskConfig) {
 
 // applyResources: memory reservation, swap and swappiness, the PID limit,
 // rlimits (the job's ulimit over berth's defaults), oom_score_adj.
-func applyResources(s *specGenerator, tc *TaskConfig) {
+// memory_swap is memory plus swap: podman takes it only with a memory
+// limit, which is then the task's resources.memory (memory_max when
+// higher), as Nomad's podman driver sets it.
+func applyResources(s *specGenerator, t *driver.Task, tc *TaskConfig) error {
 	var r resources
 	var mem memoryResources
 	if tc.MemoryReservation > 0 {
 		mem.Reservation = &tc.MemoryReservation
 	}
 	if tc.MemorySwap != 0 {
-		mem.Swap = &tc.MemorySwap
+		limit := int64(max(t.Resources.MemoryMB, t.Resources.MemoryMaxMB)) << 20
+		if limit <= 0 {
+			return &configError{field: "memory_swap", msg: "podman: config.memory_swap needs the task's resources.memory: it is memory plus swap"}
+		}
+		if tc.MemorySwap > 0 && tc.MemorySwap < limit {
+			return &configError{field: "memory_swap", msg: fmt.Sprintf("podman: config.memory_swap (%d bytes) is memory plus swap: it must be at least the task's memory (%d bytes)", tc.MemorySwap, limit)}
+		}
+		mem.Limit, mem.Swap = &limit, &tc.MemorySwap
 	}
 	if tc.MemorySwappiness >= 0 {
 		sw := uint64(tc.MemorySwappiness)
@@ -181,6 +190,7 @@ func applyResources(s *specGenerator, tc *TaskConfig) {
 			s.Rlimits = append(s.Rlimits, rlimit{Type: name, Soft: soft, Hard: hard})
 		}
 	}
+	return nil
 }
 
 // ulimitValues reads "n" or "soft:hard" (checked by the decoder); -1 is
