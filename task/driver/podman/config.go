@@ -287,8 +287,12 @@ var DefaultAllowCaps = []string{"audit_write", "chown", "dac_override", "fowner"
 // job file is valid, this node cannot run it as it is.
 func (p Policy) ValidateConfig(cfg map[string]any) error {
 	tc, warns, refused, err := parseConfig(cfg)
-	if err == nil {
-		refused = append(refused, unjoin(p.Check(tc))...)
+	if err == nil && tc.Privileged && !p.AllowPrivileged {
+		// An error here as before: what the node's settings keep from
+		// every task.
+		err = p.Check(tc)
+	} else if err == nil {
+		refused = append(refused, p.checkIsolation(tc)...)
 	}
 	for _, r := range refused {
 		var ce *configError
@@ -301,17 +305,6 @@ func (p Policy) ValidateConfig(cfg map[string]any) error {
 		return err
 	}
 	return errors.Join(append(warns, err)...)
-}
-
-// unjoin lists the errors err joins (err itself if it joins none).
-func unjoin(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // decoder reads one config block (or a block nested in it) into tc and
