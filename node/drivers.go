@@ -41,7 +41,7 @@ func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
 		}
 		return o
 	}
-	podmanPolicy := podman.Policy{AllowPrivileged: cfg.PodmanAllowPrivileged}
+	podmanPolicy := podman.Policy{AllowPrivileged: cfg.PodmanAllowPrivileged, AllowCaps: t.AllowCaps}
 	rawExec, exec := execdrv.NewRawExec(opts(execdrv.NameRawExec)), execdrv.NewExec(opts(execdrv.NameExec))
 	f := map[string]runner.DriverFactory{
 		execdrv.NameRawExec: {

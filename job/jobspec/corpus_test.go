@@ -42,7 +42,7 @@ func corpusOptions() ParseOptions {
 		Drivers: map[string]func(map[string]any) error{
 			"raw_exec": rawExec.ValidateConfig,
 			"exec":     exec.ValidateConfig,
-			"podman":   func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
+			"podman":   podman.Policy{}.ValidateConfig,
 		},
 		Users: map[string]func(string) error{"raw_exec": rawExec.ValidateUser, "exec": exec.ValidateUser},
 		Network: func(name string) error {

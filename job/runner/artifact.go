@@ -105,13 +105,7 @@ func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobsp
 		return err
 	}
 	dest := jobspec.Interpolate(art.Destination, vars)
-	destPath := filepath.Join(taskDir, dest)
-	if filepath.IsAbs(dest) && isUnder(a.dir, dest) {
-		// "${NOMAD_ALLOC_DIR}/..." as a task on the host sees it. As the
-		// task of a container sees it ("/local/...") it is joined.
-		destPath = dest
-	}
-	destPath, err = securePath(a.dir, destPath)
+	destPath, err := securePath(a.dir, a.hostPath(taskDir, dest, vars))
 	if err != nil {
 		return artifactErrorf("destination %q: %v", dest, err)
 	}
@@ -296,6 +290,23 @@ func dedup(l []string) []string {
 }
 
 // isUnder reports whether p is root or lies inside it (lexically).
+// hostPath is where a path a job names for task dir taskDir (an artifact's
+// or a template's destination) is on the host: a host path inside the
+// allocation as is ("${NOMAD_ALLOC_DIR}/x" of a task on the host); one
+// under the task's own view of the shared dir ("/alloc/x" of an exec or
+// podman task, vars' NOMAD_ALLOC_DIR) in the shared dir, where the task
+// sees it; any other joined to the task dir ("local/x", "/local/x").
+func (a *allocRun) hostPath(taskDir, p string, vars map[string]string) string {
+	if filepath.IsAbs(p) && isUnder(a.dir, p) {
+		return p
+	}
+	if seen := vars["NOMAD_ALLOC_DIR"]; filepath.IsAbs(p) && filepath.IsAbs(seen) && !isUnder(a.dir, seen) && isUnder(seen, p) {
+		rel, _ := filepath.Rel(seen, p)
+		return filepath.Join(driver.SharedDir(a.dir), rel)
+	}
+	return filepath.Join(taskDir, p)
+}
+
 func isUnder(root, p string) bool {
 	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(p))
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))

@@ -87,3 +87,30 @@ func TestSecurePath(t *testing.T) {
 		t.Errorf("a path through a link: %v", err)
 	}
 }
+
+// A destination is placed where the task sees it, whichever view of its
+// directories it was written in.
+func TestHostPath(t *testing.T) {
+	a := &allocRun{dir: "/data/alloc/a1"}
+	td := "/data/alloc/a1/web"
+	host := map[string]string{"NOMAD_ALLOC_DIR": "/data/alloc/a1/alloc"}
+	inRoot := map[string]string{"NOMAD_ALLOC_DIR": "/alloc"}
+	for _, tc := range []struct {
+		p    string
+		vars map[string]string
+		want string
+	}{
+		{"local/x", host, "/data/alloc/a1/web/local/x"},
+		{"/data/alloc/a1/alloc/x", host, "/data/alloc/a1/alloc/x"},
+		{"/alloc/x", host, "/data/alloc/a1/web/alloc/x"},
+		{"/local/x", inRoot, "/data/alloc/a1/web/local/x"},
+		{"/alloc/data/x", inRoot, "/data/alloc/a1/alloc/data/x"},
+		{"/alloc", inRoot, "/data/alloc/a1/alloc"},
+		{"/allocx/y", inRoot, "/data/alloc/a1/web/allocx/y"},
+		{"/alloc/../../etc", inRoot, "/data/alloc/a1/etc"}, // joined; securePath keeps it in the allocation
+	} {
+		if got := a.hostPath(td, tc.p, tc.vars); got != tc.want {
+			t.Errorf("hostPath(%q, NOMAD_ALLOC_DIR=%s) = %q, want %q", tc.p, tc.vars["NOMAD_ALLOC_DIR"], got, tc.want)
+		}
+	}
+}

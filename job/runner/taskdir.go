@@ -86,7 +86,9 @@ func mkdirMode(dir string, mode os.FileMode) error {
 // driver whose tasks see a filesystem of their own.
 func (a *allocRun) taskPaths(drv driver.Driver, t *jobspec.Task) driver.TaskPaths {
 	if m, ok := drv.(driver.PathMapper); ok {
-		return m.TaskPaths()
+		if p := m.TaskPaths(); p != (driver.TaskPaths{}) {
+			return p
+		}
 	}
 	td := driver.TaskDir(a.dir, t.Name)
 	return driver.TaskPaths{

@@ -360,6 +360,44 @@ func TestExecMemoryMax(t *testing.T) {
 	}
 }
 
+// An exec task's NOMAD_TASK_DIR is /local, inside its root, as in Nomad:
+// a command written "${NOMAD_TASK_DIR}/run.sh" is found there and runs,
+// the script sees the same paths, and a template written to
+// "${NOMAD_ALLOC_DIR}/..." lands in the shared dir the task sees there.
+func TestExecCommandInTaskDir(t *testing.T) {
+	e := newEnv(t, "10.199.207.0/24")
+	a, _ := runOne(t, e, `job "execdir" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      template {
+        destination = "local/run.sh"
+        perms       = "755"
+        data        = "#!/bin/sh\necho ran $0 in $NOMAD_TASK_DIR\ncat $NOMAD_ALLOC_DIR/greeting\n"
+      }
+      template {
+        destination = "${NOMAD_ALLOC_DIR}/greeting"
+        data        = "hello from the shared dir\n"
+      }
+      config {
+        command = "${NOMAD_TASK_DIR}/run.sh"
+      }
+    }
+  }
+}`)
+	if a.Status != store.AllocComplete {
+		t.Fatalf("allocation %s: %s %+v", a.Status, a.StatusDesc, taskState(t, a, "t"))
+	}
+	if got, want := stdout(t, e, a, "t"), "ran /local/run.sh in /local\nhello from the shared dir\n"; got != want {
+		t.Errorf("task printed %q, want %q", got, want)
+	}
+}
+
 // On one node a system job is one allocation per group, restarted as a
 // service; a sysbatch job one allocation per group, run to completion,
 // also periodically.

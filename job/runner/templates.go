@@ -133,7 +133,7 @@ func (tt *taskTemplates) mergedEnv() map[string]string {
 // from its file (berth run), a source not there is read next to the job
 // file.
 func (a *allocRun) loadTemplate(tt *taskTemplates, spec *jobspec.Template, vars map[string]string) (*renderedTemplate, error) {
-	dest, err := securePath(a.dir, filepath.Join(tt.dir, jobspec.Interpolate(spec.Destination, vars)))
+	dest, err := securePath(a.dir, a.hostPath(tt.dir, jobspec.Interpolate(spec.Destination, vars), vars))
 	if err != nil {
 		return nil, fmt.Errorf("destination: %w", err)
 	}

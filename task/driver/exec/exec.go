@@ -411,3 +411,15 @@ func (d *Driver) checkHandle(h store.TaskHandle) error {
 	}
 	return nil
 }
+
+// TaskPaths implements driver.PathMapper: an exec task sees its
+// directories where its root has them (/alloc, /local, /secrets), so that
+// `command = "${NOMAD_TASK_DIR}/run.sh"` is resolved inside that root, as
+// Nomad's exec does; a raw_exec task sees the host's paths (the zero
+// value).
+func (d *Driver) TaskPaths() driver.TaskPaths {
+	if !d.isolate {
+		return driver.TaskPaths{}
+	}
+	return driver.TaskPaths{AllocDir: "/alloc", TaskDir: "/local", SecretsDir: "/secrets"}
+}

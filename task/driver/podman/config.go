@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,9 +33,8 @@ func (e *configError) Is(target error) bool { return target == ErrInvalidConfig 
 func (e *configError) ConfigField() string { return e.field }
 
 // TaskConfig is a task's `config {}` block for the podman driver, with
-// every key of Nomad's podman task driver plugin. Berth's driver acts on
-// Image, Command, Args, Entrypoint, WorkingDir, Hostname and Labels today;
-// the others are decoded and checked for the driver to use.
+// every key of Nomad's podman task driver plugin. Each key is acted on or
+// refused (configKeys says which and why): none is dropped.
 type TaskConfig struct {
 	Image      string
 	Command    string
@@ -43,17 +44,14 @@ type TaskConfig struct {
 	Hostname   string
 	Labels     map[string]string
 
-	// Networking: NetworkMode is "" (the group's namespace), "bridge",
-	// "host", "none", "slirp4netns", "container:<id>", "ns:<path>" or
-	// "task:<name>"; Ports are the group's port labels to publish;
-	// PortMap is the older form (label -> container port).
+	// Networking: NetworkMode is "" (the group's network), "bridge" (the
+	// same, where the group has a namespace), "host", "none" or
+	// "task:<name>"; Ports are the group's port labels the task uses.
 	NetworkMode string
 	Ports       []string
-	PortMap     map[string]int
 	DNS         []string
 	ExtraHosts  []string
 
-	Volumes        []string
 	Tmpfs          []string
 	Devices        []string
 	CapAdd         []string
@@ -70,9 +68,12 @@ type TaskConfig struct {
 	Sysctl         map[string]string
 	// Ulimit maps a limit name to "n" or "soft:hard".
 	Ulimit map[string]string
+	// OOMScoreAdj is nil when unset.
+	OOMScoreAdj *int
 
 	// Sizes in bytes (shm_size, memory_reservation, memory_swap written as
-	// "64m", "1g", ...); 0 when unset. MemorySwappiness is -1 when unset.
+	// "64m", "1g", ...); 0 when unset (memory_swap -1: unlimited swap).
+	// MemorySwappiness is -1 when unset.
 	ShmSize           int64
 	MemoryReservation int64
 	MemorySwap        int64
@@ -86,7 +87,7 @@ type TaskConfig struct {
 	Socket string
 
 	// Image pulls: berth has no registry access, so images must be present
-	// locally; these are accepted for compatibility.
+	// locally; these only matter to a pull.
 	Auth             Auth
 	AuthSoftFail     bool
 	ForcePull        bool
@@ -107,13 +108,23 @@ type Auth struct {
 	TLSVerify *bool
 }
 
-// notYet is why most of Nomad's podman keys are accepted: a job written
-// for Nomad validates, and the keys are checked, but the container is
-// created without them.
-const notYet = "not passed to podman yet"
+// noPulls is why the image pull keys are accepted: they only matter to a
+// pull, and an image missing from local storage is an error naming it.
+const noPulls = "only matters to a pull: berth pulls no images, a missing one is an error naming it"
 
-// noPulls is why the image pull keys are accepted.
-const noPulls = "berth pulls no images: they must be in local storage"
+// Why berth refuses what it cannot give.
+const (
+	whyGroupNet    = "the task is in its group's network: set the group's network mode (bridge, host, none, cni/<name>)"
+	whyPortMap     = "is Nomad 0.12's form: give the group's port a `to` and list its label in ports"
+	whyVolumes     = "would bind host paths the job chooses: berth binds only the task's directories (NOMAD_ALLOC_DIR, NOMAD_TASK_DIR, NOMAD_SECRETS_DIR); use a template or an artifact"
+	whyCPUQuota    = "berth sets no CPU quota on podman tasks (resources.cpu is not a hard limit here)"
+	whyPull        = "berth pulls no images: the image must be in local storage"
+	whyLogDriver   = "berth copies the container's output into the task's logs itself (the logs block)"
+	whyAddress     = "the group's network assigns the task's addresses"
+	whyIPC         = "podman tasks keep a private IPC namespace on berth"
+	whySocket      = "berth talks to the agent's own podman service only"
+	privilegedOnly = "only where the agent's podman_allow_privileged is set"
+)
 
 // configKeys is every key of a podman task's config block: what the
 // driver does with it, how it is decoded and checked. The order is that
@@ -126,46 +137,62 @@ var configKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("args", func(d *decoder, k string) { d.tc.Args = d.list(k) }),
 	drivercfg.Run("entrypoint", func(d *decoder, k string) { d.tc.Entrypoint = d.entrypoint(k) }),
 	drivercfg.Run("labels", func(d *decoder, k string) { d.tc.Labels = d.strMap(k) }),
-	drivercfg.Accept("network_mode", notYet, func(d *decoder, k string) { d.tc.NetworkMode = d.networkMode(k) }),
-	drivercfg.Accept("ports", notYet, func(d *decoder, k string) { d.tc.Ports = d.list(k) }),
-	drivercfg.Accept("port_map", notYet, func(d *decoder, k string) { d.tc.PortMap = d.portMap(k) }),
-	drivercfg.Accept("dns", notYet, func(d *decoder, k string) { d.tc.DNS = d.list(k) }),
-	drivercfg.Accept("extra_hosts", notYet, func(d *decoder, k string) { d.tc.ExtraHosts = d.list(k, hostIP) }),
-	drivercfg.Accept("volumes", notYet, func(d *decoder, k string) { d.tc.Volumes = d.list(k, volumeSpec) }),
-	drivercfg.Accept("tmpfs", notYet, func(d *decoder, k string) { d.tc.Tmpfs = d.list(k, tmpfsSpec) }),
-	drivercfg.Accept("devices", notYet, func(d *decoder, k string) { d.tc.Devices = d.list(k, deviceSpec) }),
-	drivercfg.Accept("cap_add", notYet, func(d *decoder, k string) { d.tc.CapAdd = d.list(k) }),
-	drivercfg.Accept("cap_drop", notYet, func(d *decoder, k string) { d.tc.CapDrop = d.list(k) }),
-	drivercfg.Accept("security_opt", notYet, func(d *decoder, k string) { d.tc.SecurityOpt = d.list(k) }),
-	drivercfg.Accept("selinux_opts", notYet, func(d *decoder, k string) { d.tc.SelinuxOpts = d.list(k) }),
-	drivercfg.Accept("apparmor_profile", notYet, func(d *decoder, k string) { d.tc.AppArmor = d.str(k) }),
-	drivercfg.Run("privileged", func(d *decoder, k string) { d.tc.Privileged = d.boolean(k) }).Note("only where the agent's podman_allow_privileged is set"),
-	drivercfg.Accept("readonly_rootfs", notYet, func(d *decoder, k string) { d.tc.ReadonlyRootfs = d.boolean(k) }),
-	drivercfg.Accept("userns", notYet, func(d *decoder, k string) { d.tc.Userns = d.str(k) }),
-	drivercfg.Accept("init", notYet, func(d *decoder, k string) { d.tc.Init = d.boolean(k) }),
-	drivercfg.Accept("init_path", notYet, func(d *decoder, k string) { d.tc.InitPath = d.str(k) }),
-	drivercfg.Accept("tty", notYet, func(d *decoder, k string) { d.tc.TTY = d.boolean(k) }),
-	drivercfg.Accept("sysctl", notYet, func(d *decoder, k string) { d.tc.Sysctl = d.strMap(k) }),
-	drivercfg.Accept("ulimit", notYet, func(d *decoder, k string) { d.tc.Ulimit = d.ulimit(k) }),
-	drivercfg.Accept("shm_size", notYet, func(d *decoder, k string) { d.tc.ShmSize = d.size(k) }),
-	drivercfg.Accept("memory_reservation", notYet, func(d *decoder, k string) { d.tc.MemoryReservation = d.size(k) }),
-	drivercfg.Accept("memory_swap", notYet, func(d *decoder, k string) { d.tc.MemorySwap = d.size(k) }),
-	drivercfg.Accept("memory_swappiness", notYet, func(d *decoder, k string) { d.tc.MemorySwappiness = d.integer(k, 0, 100, -1) }),
-	drivercfg.Accept("pids_limit", notYet, func(d *decoder, k string) { d.tc.PidsLimit = d.integer(k, 0, math.MaxInt32, 0) }),
-	drivercfg.Accept("cpu_hard_limit", notYet, func(d *decoder, k string) { d.tc.CPUHardLimit = d.boolean(k) }),
-	drivercfg.Accept("cpu_cfs_period", notYet, func(d *decoder, k string) { d.tc.CPUCFSPeriod = d.integer(k, 0, 1000000, 0) }),
-	drivercfg.Accept("socket", "berth talks to the agent's own podman service", func(d *decoder, k string) { d.tc.Socket = d.str(k) }),
+	drivercfg.Run("network_mode", func(d *decoder, k string) { d.tc.NetworkMode = d.networkMode(k) }).
+		Note("\"\" and \"bridge\": the group's network; \"host\", \"none\", \"task:<name>\"; \"slirp4netns\", \"container:\", \"ns:\" and a podman network are refused: " + whyGroupNet),
+	drivercfg.Run("ports", func(d *decoder, k string) { d.tc.Ports = d.list(k) }).
+		Note("published by the group's network (the port's `to`); refused in the host's network, where nothing is mapped: listen on NOMAD_PORT_<label> there"),
+	drivercfg.Refuse[*decoder]("port_map", whyPortMap),
+	drivercfg.Run("dns", func(d *decoder, k string) { d.tc.DNS = d.list(k, ipAddr) }),
+	drivercfg.Run("extra_hosts", func(d *decoder, k string) { d.tc.ExtraHosts = d.list(k, hostIP) }),
+	drivercfg.Refuse[*decoder]("volumes", whyVolumes),
+	drivercfg.Run("tmpfs", func(d *decoder, k string) { d.tc.Tmpfs = d.list(k, tmpfsSpec) }),
+	drivercfg.Run("devices", func(d *decoder, k string) { d.tc.Devices = d.list(k, deviceSpec) }).Note(privilegedOnly),
+	drivercfg.Run("cap_add", func(d *decoder, k string) { d.tc.CapAdd = d.caps(k) }).Note("within the agent's allow_caps"),
+	drivercfg.Run("cap_drop", func(d *decoder, k string) { d.tc.CapDrop = d.caps(k) }),
+	drivercfg.Run("security_opt", func(d *decoder, k string) { d.tc.SecurityOpt = d.list(k, securityOpt) }).
+		Note("no-new-privileges, seccomp=, apparmor=, label=, mask=, unmask=; seccomp= (a host file), unmask= and turning AppArmor or labels off only where the agent's podman_allow_privileged is set"),
+	drivercfg.Run("selinux_opts", func(d *decoder, k string) { d.tc.SelinuxOpts = d.list(k) }),
+	drivercfg.Run("apparmor_profile", func(d *decoder, k string) { d.tc.AppArmor = d.str(k) }).Note("unconfined " + privilegedOnly),
+	drivercfg.Run("privileged", func(d *decoder, k string) { d.tc.Privileged = d.boolean(k) }).Note(privilegedOnly),
+	drivercfg.Run("readonly_rootfs", func(d *decoder, k string) { d.tc.ReadonlyRootfs = d.boolean(k) }),
+	drivercfg.Run("userns", func(d *decoder, k string) { d.tc.Userns = d.userns(k) }),
+	drivercfg.Run("init", func(d *decoder, k string) { d.tc.Init = d.boolean(k) }),
+	drivercfg.Run("init_path", func(d *decoder, k string) { d.tc.InitPath = d.str(k) }),
+	drivercfg.Run("tty", func(d *decoder, k string) { d.tc.TTY = d.boolean(k) }),
+	drivercfg.Run("sysctl", func(d *decoder, k string) { d.tc.Sysctl = d.strMap(k) }),
+	drivercfg.Run("ulimit", func(d *decoder, k string) { d.tc.Ulimit = d.ulimit(k) }),
+	drivercfg.Run("oom_score_adj", func(d *decoder, k string) { d.tc.OOMScoreAdj = d.optInteger(k, 0, 1000) }).Note("0 to 1000, as exec's: a task cannot shield itself from the OOM killer"),
+	drivercfg.Run("shm_size", func(d *decoder, k string) { d.tc.ShmSize = d.size(k) }),
+	drivercfg.Run("memory_reservation", func(d *decoder, k string) { d.tc.MemoryReservation = d.size(k) }),
+	drivercfg.Run("memory_swap", func(d *decoder, k string) { d.tc.MemorySwap = d.swap(k) }).Note("with resources.memory (memory_max when higher) as the memory limit, which podman needs beside it"),
+	drivercfg.Run("memory_swappiness", func(d *decoder, k string) { d.tc.MemorySwappiness = d.integer(k, 0, 100, -1) }),
+	drivercfg.Run("pids_limit", func(d *decoder, k string) { d.tc.PidsLimit = d.integer(k, 0, math.MaxInt32, 0) }),
+	drivercfg.Run("cpu_hard_limit", func(d *decoder, k string) { d.tc.CPUHardLimit = d.refuseTrue(k, whyCPUQuota) }).Note("false only: " + whyCPUQuota),
+	drivercfg.Refuse[*decoder]("cpu_cfs_period", whyCPUQuota),
+	drivercfg.Run("socket", func(d *decoder, k string) { d.tc.Socket = d.socket(k) }).Note("\"default\" only: " + whySocket),
 	drivercfg.Accept("auth_soft_fail", noPulls, func(d *decoder, k string) { d.tc.AuthSoftFail = d.boolean(k) }),
-	drivercfg.Accept("force_pull", noPulls, func(d *decoder, k string) { d.tc.ForcePull = d.boolean(k) }),
+	drivercfg.Run("force_pull", func(d *decoder, k string) { d.tc.ForcePull = d.refuseTrue(k, whyPull) }).Note("false only: " + whyPull),
 	drivercfg.Accept("image_pull_timeout", noPulls, func(d *decoder, k string) { d.imagePullTimeout(k) }),
-	drivercfg.Accept("logging", notYet+" (driver nomad or journald, options)", func(d *decoder, k string) { d.nested(k, loggingKeys) }),
+	drivercfg.Refuse[*decoder]("arch", whyPull),
+	drivercfg.Refuse[*decoder]("os", whyPull),
+	drivercfg.Refuse[*decoder]("variant", whyPull),
+	drivercfg.Refuse[*decoder]("ipv4_address", whyAddress),
+	drivercfg.Refuse[*decoder]("ipv6_address", whyAddress),
+	drivercfg.Refuse[*decoder]("static_ips", whyAddress),
+	drivercfg.Refuse[*decoder]("static_mac", whyAddress),
+	drivercfg.Refuse[*decoder]("ipc_mode", whyIPC),
+	drivercfg.Run("logging", func(d *decoder, k string) { d.nested(k, loggingKeys) }).Note("driver \"nomad\" without options only: " + whyLogDriver),
 	drivercfg.Accept("auth", noPulls+" (username, password, tls_verify)", func(d *decoder, k string) { d.nested(k, authKeys) }),
 }
 
 // loggingKeys is the logging block's.
 var loggingKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("driver", func(d *decoder, k string) { d.tc.Logging.Driver = d.logDriver(k) }),
-	drivercfg.Run("options", func(d *decoder, k string) { d.tc.Logging.Options = d.strMap(k) }),
+	drivercfg.Run("options", func(d *decoder, k string) {
+		if d.tc.Logging.Options = d.strMap(k); len(d.tc.Logging.Options) > 0 {
+			d.refuse(k, "is not supported: %s: leave them out", whyLogDriver)
+		}
+	}),
 }
 
 // authKeys is the auth block's.
@@ -189,8 +216,12 @@ var (
 type Policy struct {
 	// AllowPrivileged lets a task set privileged = true (Nomad's docker
 	// driver's allow_privileged): the container gets every capability
-	// and the host's devices, which is root on the host.
+	// and the host's devices, which is root on the host. Host devices and
+	// seccomp, AppArmor or SELinux turned off need it too.
 	AllowPrivileged bool
+	// AllowCaps bounds cap_add (lower case, no "cap_"; "all" for any);
+	// nil is DefaultAllowCaps.
+	AllowCaps []string
 }
 
 // Check refuses what tc asks for beyond the policy, naming the field.
@@ -199,15 +230,76 @@ func (p Policy) Check(tc *TaskConfig) error {
 		return &configError{field: "privileged",
 			msg: "podman: config.privileged is not allowed on this node: a privileged container is root on the host (agent setting podman_allow_privileged)"}
 	}
-	return nil
+	return errors.Join(p.checkIsolation(tc)...)
 }
 
+// checkIsolation refuses what would weaken the container's isolation
+// beyond the node's settings: capabilities outside allow_caps, host
+// devices, seccomp, AppArmor or SELinux turned off.
+func (p Policy) checkIsolation(tc *TaskConfig) []error {
+	var errs []error
+	refuse := func(field, format string, a ...any) {
+		errs = append(errs, &configError{field: field, msg: "podman: config." + field + " " + fmt.Sprintf(format, a...)})
+	}
+	allowed := DefaultAllowCaps
+	if p.AllowCaps != nil {
+		allowed = make([]string, 0, len(p.AllowCaps))
+		for _, c := range p.AllowCaps {
+			allowed = append(allowed, strings.TrimPrefix(strings.ToLower(c), "cap_"))
+		}
+	}
+	for _, c := range tc.CapAdd {
+		if !slices.Contains(allowed, c) && !slices.Contains(allowed, "all") {
+			refuse("cap_add", "%q is not in this node's allow_caps (%s)", c, strings.Join(allowed, ", "))
+		}
+	}
+	if p.AllowPrivileged {
+		return errs
+	}
+	const why = "is not allowed on this node: it gives the container what only a privileged one has (agent setting podman_allow_privileged)"
+	if len(tc.Devices) > 0 {
+		refuse("devices", why)
+	}
+	if tc.AppArmor == "unconfined" {
+		refuse("apparmor_profile", "%q %s", tc.AppArmor, why)
+	}
+	for _, o := range tc.SecurityOpt {
+		// A seccomp profile is a host file the job would choose.
+		if strings.HasPrefix(o, "seccomp=") || o == "apparmor=unconfined" || o == "label=disable" || strings.HasPrefix(o, "unmask=") {
+			refuse("security_opt", "%q %s", o, why)
+		}
+	}
+	if slices.Contains(tc.SelinuxOpts, "disable") {
+		refuse("selinux_opts", "%q %s", "disable", why)
+	}
+	return errs
+}
+
+// DefaultAllowCaps is Nomad's allow_caps: what cap_add may ask for where
+// the agent sets none.
+var DefaultAllowCaps = []string{"audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
+	"net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"}
+
 // ValidateConfig is ParseConfig and the policy's Check: what `berth
-// validate` and the agent answer for a task's config block.
+// validate` and the agent answer for a task's config block. What berth
+// refuses to run (a key it cannot give, a setting this node denies) is a
+// warning here, naming the key, and an error when the task starts: the
+// job file is valid, this node cannot run it as it is.
 func (p Policy) ValidateConfig(cfg map[string]any) error {
-	tc, warns, err := parseConfig(cfg)
-	if err == nil {
+	tc, warns, refused, err := parseConfig(cfg)
+	if err == nil && tc.Privileged && !p.AllowPrivileged {
+		// An error here as before: what the node's settings keep from
+		// every task.
 		err = p.Check(tc)
+	} else if err == nil {
+		refused = append(refused, p.checkIsolation(tc)...)
+	}
+	for _, r := range refused {
+		var ce *configError
+		if errors.As(r, &ce) {
+			msg := strings.TrimPrefix(strings.TrimPrefix(ce.msg, "podman: config."+ce.field), " ")
+			warns = append(warns, &driver.ConfigWarning{Driver: "podman", Field: ce.field, Msg: msg + " (the task will not start on this node)"})
+		}
 	}
 	if len(warns) == 0 {
 		return err
@@ -222,6 +314,9 @@ type decoder struct {
 	tc    *TaskConfig
 	errs  []error
 	warns []error
+	// refused is what berth cannot give: warnings at validate, errors at
+	// start.
+	refused []error
 }
 
 // Warn implements drivercfg.Reporter.
@@ -230,7 +325,21 @@ func (d *decoder) Warn(key, why string) {
 }
 
 // Refuse implements drivercfg.Reporter.
-func (d *decoder) Refuse(key, why string) { d.bad(key, "is not supported: %s", why) }
+func (d *decoder) Refuse(key, why string) { d.refuse(key, "is not supported: %s", why) }
+
+// refuse records what berth will not run, naming key.
+func (d *decoder) refuse(key, format string, a ...any) {
+	d.refused = append(d.refused, &configError{msg: "podman: config." + key + " " + fmt.Sprintf(format, a...), field: key})
+}
+
+// refuseTrue reads a bool key that berth honours only as false.
+func (d *decoder) refuseTrue(key, why string) bool {
+	b := d.boolean(key)
+	if b {
+		d.refuse(key, "= true is not supported: %s", why)
+	}
+	return b
+}
 
 func (d *decoder) bad(field, format string, a ...any) {
 	d.errs = append(d.errs, &configError{msg: "podman: config." + field + " " + fmt.Sprintf(format, a...), field: field})
@@ -319,11 +428,27 @@ func hostIP(h string) string {
 	return ""
 }
 
-func volumeSpec(v string) string {
-	if parts := strings.Split(v, ":"); len(parts) < 2 || parts[0] == "" || parts[1] == "" || len(parts) > 3 {
-		return "%q is not source:destination[:options]"
+func ipAddr(s string) string {
+	if net.ParseIP(s) == nil {
+		return "%q is not an IP address"
 	}
 	return ""
+}
+
+// securityOpt checks one security_opt entry (podman run --security-opt).
+func securityOpt(o string) string {
+	name, val, hasVal := strings.Cut(o, "=")
+	switch name {
+	case "no-new-privileges":
+		if !hasVal || val == "true" || val == "false" {
+			return ""
+		}
+	case "seccomp", "apparmor", "label", "mask", "unmask":
+		if val != "" {
+			return ""
+		}
+	}
+	return "%q is not a security option: use no-new-privileges, seccomp=<profile|unconfined>, apparmor=<profile|unconfined>, label=<disable|type:...>, mask=<paths>, unmask=<paths>"
 }
 
 func tmpfsSpec(t string) string {
@@ -380,16 +505,86 @@ func (d *decoder) entrypoint(key string) []string {
 
 func (d *decoder) networkMode(key string) string {
 	switch m := d.str(key); {
-	case m == "", m == "bridge", m == "host", m == "none", m == "slirp4netns":
+	case m == "", m == "bridge", m == "host", m == "none":
 		return m
-	case strings.HasPrefix(m, "container:") && len(m) > len("container:"),
-		strings.HasPrefix(m, "ns:") && len(m) > len("ns:"),
-		strings.HasPrefix(m, "task:") && len(m) > len("task:"):
+	case strings.HasPrefix(m, "task:") && len(m) > len("task:"):
+		return m
+	case m == "slirp4netns", m == "pasta",
+		strings.HasPrefix(m, "container:") && len(m) > len("container:"),
+		strings.HasPrefix(m, "ns:") && len(m) > len("ns:"):
+		d.refuse(key, "%q is not supported: %s", m, whyGroupNet)
+		return m
+	case networkNameRE.MatchString(m):
+		// Nomad's podman driver takes any other name as a podman network.
+		d.refuse(key, "%q (a podman network) is not supported: %s", m, whyGroupNet)
 		return m
 	default:
-		d.bad(key, "%q is not a network mode: use \"bridge\", \"host\", \"none\", \"slirp4netns\", \"container:<id>\", \"ns:<path>\" or \"task:<name>\"", m)
+		d.bad(key, "%q is not a network mode: use \"bridge\", \"host\", \"none\" or \"task:<name>\"", m)
 		return m
 	}
+}
+
+// networkNameRE is what podman accepts as a network name.
+var networkNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// caps reads capability names as podman takes them, upper case with
+// CAP_, and keeps them lower case without it (Nomad's allow_caps form).
+func (d *decoder) caps(key string) []string {
+	l := d.list(key)
+	out := make([]string, 0, len(l))
+	for _, c := range l {
+		n := strings.TrimPrefix(strings.ToLower(c), "cap_")
+		if !capNameRE.MatchString(n) {
+			d.bad(key, "%q is not a capability name such as \"NET_ADMIN\"", c)
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+var capNameRE = regexp.MustCompile(`^(all|[a-z_]+)$`)
+
+// userns is podman's --userns: "", "host", "auto[:opts]", "keep-id[:opts]",
+// "nomap", "private" or "ns:<path>".
+func (d *decoder) userns(key string) string {
+	s := d.str(key)
+	mode, _, _ := strings.Cut(s, ":")
+	switch mode {
+	case "", "host", "auto", "keep-id", "nomap", "private", "ns":
+	default:
+		d.bad(key, "%q is not a user namespace mode: use \"host\", \"auto\", \"keep-id\", \"nomap\", \"private\" or \"ns:<path>\"", s)
+	}
+	return s
+}
+
+// optInteger is integer, nil when the key is absent.
+func (d *decoder) optInteger(key string, lo, hi int64) *int {
+	if v, ok := d.cfg[key]; !ok || v == nil {
+		return nil
+	}
+	n := d.integer(key, lo, hi, 0)
+	return &n
+}
+
+// swap is a size, or "-1" for unlimited swap.
+func (d *decoder) swap(key string) int64 {
+	if d.str(key) == "-1" {
+		return -1
+	}
+	return d.size(key)
+}
+
+// socket is "" or "default": berth has one podman service.
+func (d *decoder) socket(key string) string {
+	s := d.str(key)
+	if s != "" && s != "default" {
+		d.refuse(key, "%q is not supported: %s", s, whySocket)
+	}
+	return s
 }
 
 // ulimit maps a limit name to "n" or "soft:hard".
@@ -411,7 +606,9 @@ func (d *decoder) ulimit(key string) map[string]string {
 func (d *decoder) logDriver(key string) string {
 	s := d.str(key)
 	switch s {
-	case "", "nomad", "journald":
+	case "", "nomad":
+	case "journald":
+		d.refuse(key, "%q is not supported: %s: use driver \"nomad\"", s, whyLogDriver)
 	default:
 		d.bad(key, "%q is not a log driver: use \"nomad\" or \"journald\"", s)
 	}
@@ -511,12 +708,16 @@ func (d *decoder) size(key string) int64 {
 // field, e.g. "podman: config.args must be a list of strings"; every
 // problem is reported (errors.Join).
 func ParseConfig(cfg map[string]any) (*TaskConfig, error) {
-	tc, _, err := parseConfig(cfg)
+	tc, _, refused, err := parseConfig(cfg)
+	if err == nil && len(refused) > 0 {
+		return nil, errors.Join(refused...)
+	}
 	return tc, err
 }
 
-// parseConfig is ParseConfig with the warnings of deprecated keys.
-func parseConfig(cfg map[string]any) (*TaskConfig, []error, error) {
+// parseConfig is ParseConfig with the warnings of deprecated keys and,
+// apart, what berth refuses to run.
+func parseConfig(cfg map[string]any) (_ *TaskConfig, warns, refused []error, _ error) {
 	d := &decoder{cfg: cfg, tc: &TaskConfig{MemorySwappiness: -1, ImagePullTimeout: 5 * time.Minute}}
 	if unknown := configKeys.Walk(d, cfg); len(unknown) > 0 {
 		// First, as before the table: the likeliest cause of the others.
@@ -524,57 +725,28 @@ func parseConfig(cfg map[string]any) (*TaskConfig, []error, error) {
 			"config."+strings.Join(unknown, ", config."), strings.Join(configKeys.Names(), ", "))}}, d.errs...)
 	}
 	if err := errors.Join(d.errs...); err != nil {
-		return nil, d.warns, err
+		return nil, d.warns, d.refused, err
 	}
-	return d.tc, d.warns, nil
+	return d.tc, d.warns, d.refused, nil
 }
 
 // nest reports a nested block's problems under its key.
 func (d *decoder) nest(key string, sub *decoder) {
 	d.warns = append(d.warns, sub.warns...)
-	for _, e := range sub.errs {
-		ce, ok := e.(*configError)
-		if !ok {
-			d.errs = append(d.errs, e)
-			continue
-		}
-		d.errs = append(d.errs, &configError{msg: strings.Replace(ce.msg, "config.", "config."+key+".", 1), field: key})
-	}
-}
-
-func (d *decoder) portMap(key string) map[string]int {
-	v := d.cfg[key]
-	if v == nil {
-		return nil
-	}
-	var maps []map[string]any
-	switch m := v.(type) {
-	case map[string]any:
-		maps = []map[string]any{m}
-	case []any:
-		for _, e := range m {
-			if mm, ok := e.(map[string]any); ok {
-				maps = append(maps, mm)
-			}
-		}
-	case []map[string]any:
-		maps = m
-	default:
-		d.bad("port_map", "must be a map of port label to container port, got %T", v)
-		return nil
-	}
-	out := map[string]int{}
-	for _, m := range maps {
-		for k, e := range m {
-			n, ok := wholeNumber(e)
-			if !ok || n < 1 || n > 65535 {
-				d.bad("port_map."+k, "must be a port number from 1 to 65535, got %v", e)
+	under := func(errs []error) []error {
+		out := make([]error, 0, len(errs))
+		for _, e := range errs {
+			ce, ok := e.(*configError)
+			if !ok {
+				out = append(out, e)
 				continue
 			}
-			out[k] = int(n)
+			out = append(out, &configError{msg: strings.Replace(ce.msg, "config.", "config."+key+".", 1), field: key})
 		}
+		return out
 	}
-	return out
+	d.errs = append(d.errs, under(sub.errs)...)
+	d.refused = append(d.refused, under(sub.refused)...)
 }
 
 func stringList(v any) ([]string, bool) {

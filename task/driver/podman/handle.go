@@ -31,6 +31,52 @@ type specGenerator struct {
 	Mounts           []mount           `json:"mounts,omitempty"`
 	User             string            `json:"user,omitempty"`
 	Privileged       bool              `json:"privileged,omitempty"`
+
+	// From the task's config block (spec.go).
+	ReadOnlyFilesystem bool              `json:"read_only_filesystem,omitempty"`
+	CapAdd             []string          `json:"cap_add,omitempty"`
+	CapDrop            []string          `json:"cap_drop,omitempty"`
+	NoNewPrivileges    bool              `json:"no_new_privileges,omitempty"`
+	SeccompProfilePath string            `json:"seccomp_profile_path,omitempty"`
+	ApparmorProfile    string            `json:"apparmor_profile,omitempty"`
+	SelinuxOpts        []string          `json:"selinux_opts,omitempty"`
+	Mask               []string          `json:"mask,omitempty"`
+	Unmask             []string          `json:"unmask,omitempty"`
+	Annotations        map[string]string `json:"annotations,omitempty"`
+	Userns             *namespace        `json:"userns,omitempty"`
+	Devices            []device          `json:"devices,omitempty"`
+	Init               bool              `json:"init,omitempty"`
+	InitPath           string            `json:"init_path,omitempty"`
+	Terminal           bool              `json:"terminal,omitempty"`
+	Sysctl             map[string]string `json:"sysctl,omitempty"`
+	ShmSize            *int64            `json:"shm_size,omitempty"`
+	OOMScoreAdj        *int              `json:"oom_score_adj,omitempty"`
+	ResourceLimits     *resources        `json:"resource_limits,omitempty"`
+	DNSServers         []string          `json:"dns_server,omitempty"`
+	HostAdd            []string          `json:"hostadd,omitempty"`
+}
+
+// device is an OCI LinuxDevice as libpod takes it from a client: the
+// whole "host[:container[:permissions]]" in path.
+type device struct {
+	Path string `json:"path"`
+}
+
+// resources is the part of an OCI LinuxResources berth sets.
+type resources struct {
+	Memory *memoryResources `json:"memory,omitempty"`
+	Pids   *pidsResources   `json:"pids,omitempty"`
+}
+
+type memoryResources struct {
+	Limit       *int64  `json:"limit,omitempty"`
+	Reservation *int64  `json:"reservation,omitempty"`
+	Swap        *int64  `json:"swap,omitempty"`
+	Swappiness  *uint64 `json:"swappiness,omitempty"`
+}
+
+type pidsResources struct {
+	Limit int64 `json:"limit"`
 }
 
 type namespace struct {

@@ -239,6 +239,9 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	name := ContainerName(t.AllocID, t.TaskName)
 	rawLog, pidFile := d.rawLogPath(name), d.conmonPidPath(name)
 	spec := d.spec(t, tc, name, rawLog, pidFile)
+	if err := applyConfig(spec, t, tc); err != nil {
+		return nil, fmt.Errorf("task %q of alloc %s: %w", t.TaskName, t.AllocID, err)
+	}
 
 	// A create cut off by ctx (a stop during start) still completes inside
 	// podman after berth stopped listening, leaving a container that

@@ -464,7 +464,7 @@ func TestValidateConfig(t *testing.T) {
 	}{
 		{"missing image", map[string]any{"command": "/bin/sh"}, "podman: config.image is required"},
 		{"bad args type", map[string]any{"image": testImage, "args": "-c"}, "podman: config.args must be a list of strings"},
-		{"unknown key", map[string]any{"image": testImage, "mounts": []any{}}, "podman: unknown config key(s) config.mounts (known: apparmor_profile, args, auth,"},
+		{"unknown key", map[string]any{"image": testImage, "mounts": []any{}}, "podman: unknown config key(s) config.mounts (known: apparmor_profile, arch, args, auth,"},
 		{"ok", map[string]any{"image": testImage, "args": []any{"-c", "true"}}, ""},
 	}
 	for _, tt := range tests {
