@@ -180,6 +180,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// once the reconcile is done (start waits for it).
 	a.resumeJobs(ctx)
 	servers, serveErr := a.serveAPI(ls)
+	// Before the reconcile starts: what waits for it (a test, a script
+	// reading the banner) then finds the banner written.
+	a.printBanner()
 	bgCtx, stopBG := context.WithCancel(a.jobsCtx)
 	bgDone := make(chan struct{})
 	recErr := make(chan error, 1)
@@ -190,7 +193,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	nomadDone := a.startNomad(bgCtx)
 
 	close(a.ready)
-	a.printBanner()
 	a.log.Info("berth agent ready (reconciling in the background)", "socket", a.unixAddr, "tcp", a.tcpAddr, "data_dir", a.cfg.DataDir, "pid", os.Getpid())
 
 	drain, runErr := a.awaitShutdown(ctx, serveErr, recErr)

@@ -66,7 +66,10 @@ type client struct {
 	// revive, when set, brings back the service on socket after a
 	// request could not even connect to it (berth's own service, killed
 	// or crashed): the request is then sent once more. Only a failed
-	// dial is retried, so no request reaches the service twice.
+	// dial is retried, so no request that changes something reaches the
+	// service twice; a GET or a DELETE (a forced removal: removing twice
+	// is removing) is also retried when the service died under it,
+	// because a removal that fails there leaves a container behind.
 	revive func(context.Context) error
 }
 
@@ -90,6 +93,12 @@ func newClient(socket string) *client {
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// idempotent says whether sending a request twice does what sending it
+// once does.
+func idempotent(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead || method == http.MethodDelete
 }
 
 func (c *client) close() {
@@ -128,7 +137,7 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		return c.http.Do(req)
 	}
 	resp, err := send()
-	if err != nil && c.revive != nil && dialFailed(err) {
+	if err != nil && c.revive != nil && ctx.Err() == nil && (dialFailed(err) || idempotent(method)) {
 		if rerr := c.revive(ctx); rerr != nil {
 			return 0, fmt.Errorf("podman API %s on %s: %w (and the service could not be started again: %v)", op, c.socket, err, rerr)
 		}
