@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,40 @@ func TestArtifactSecHostSource(t *testing.T) {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %v, want %q", tc.source, err, tc.err)
 		}
+	}
+}
+
+// A checksum written with ${...} is Nomad's run-time interpolation: read
+// after it, not at validate.
+func TestArtifactChecksumInterpolated(t *testing.T) {
+	src := `job "j" {
+  meta {
+    sum = "sha256:` + strings.Repeat("a", 64) + `"
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+      artifact {
+        source = "https://127.0.0.1/app.tgz"
+        options {
+          checksum = "${NOMAD_META_sum}"
+        }
+      }
+    }
+  }
+}`
+	j, err := Parse([]byte(src), "j.hcl", ParseOptions{})
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	a := j.Groups[0].Tasks[0].Artifacts[0]
+	if a.ChecksumType != "" || a.Options["checksum"] != "${NOMAD_META_sum}" {
+		t.Errorf("artifact: %+v", a)
+	}
+	if _, _, err := ParseChecksum("sha256:xyz", "artifact x"); !errors.Is(err, ErrChecksum) {
+		t.Errorf("ParseChecksum of a bad value: %v", err)
 	}
 }

@@ -240,8 +240,8 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 		attrs:  []string{"type", "source", "read_only", "access_mode", "attachment_mode", "per_alloc"},
 		blocks: []blockSpec{{name: "mount_options", single: true}},
 	})
-	v := &Volume{Name: blk.Labels[0], Type: "host", Pos: p.pos(blk.TypeRange)}
-	p.oneOf(attrs["type"], w, &v.Type, "host", "csi")
+	v := &Volume{Name: blk.Labels[0], Type: VolumeHost, Pos: p.pos(blk.TypeRange)}
+	p.oneOf(attrs["type"], w, &v.Type, VolumeHost, VolumeCSI)
 	for name, dst := range map[string]*string{"source": &v.Source, "access_mode": &v.AccessMode, "attachment_mode": &v.AttachmentMode} {
 		if s, ok := p.str(attrs[name], w); ok {
 			*dst = s
@@ -266,7 +266,7 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 	if v.Source == "" {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no source", w), "set source = \"<volume name>\"")
 	}
-	if v.Type == "csi" {
+	if v.Type == VolumeCSI {
 		p.warn(blk.TypeRange, fmt.Sprintf("%s is a CSI volume, which berth cannot mount", w),
 			"the file is valid, but run refuses the job: berth has no CSI plugins; use type = \"host\" with a host volume of the node's configuration")
 	}

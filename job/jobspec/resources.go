@@ -48,7 +48,7 @@ func (g *Group) missingVolumes(r NodeResources, gw string) []*PlacementError {
 	for _, v := range g.Volumes {
 		where := fmt.Sprintf("volume %q in %s", v.Name, gw)
 		switch {
-		case v.Type == "csi":
+		case v.Type == VolumeCSI:
 			out = append(out, &PlacementError{Kind: PlaceCSIVolume, What: fmt.Sprintf("CSI volume %q", v.Source), Where: where, Pos: v.Pos,
 				Node: "berth has no CSI plugins and cannot mount it: use type = \"host\" with a host volume of the node's configuration"})
 		case !r.HostVolumes[v.Source]:

@@ -381,22 +381,45 @@ func (p *parser) artifact(blk *hclsyntax.Block, where string) *Artifact {
 		p.fail(r, fmt.Sprintf("artifact destination %q in %s escapes the allocation directory", a.Destination, where), "use a path inside the task directory, e.g. \"local/\"")
 		return nil
 	}
-	if sum, ok := a.Options["checksum"]; ok {
-		typ, val, found := strings.Cut(sum, ":")
-		want, known := checksumLen[typ]
+	if sum, ok := a.Options["checksum"]; ok && !strings.Contains(sum, "${") {
+		// With ${...} in it (e.g. "${NOMAD_META_sum}") it is read at run
+		// time, after interpolation, as Nomad does.
 		r := blocks["options"][0].Body.Attributes["checksum"].Expr.Range()
-		switch {
-		case !found || val == "":
-			p.fail(r, fmt.Sprintf("checksum %q in %s is not type:value", sum, w), "write checksum = \"sha256:<hex>\"")
-		case !known:
-			p.fail(r, fmt.Sprintf("unsupported checksum type %q in %s", typ, w), "use md5, sha1, sha256 or sha512")
-		case len(val) != want || !isHex(val):
-			p.fail(r, fmt.Sprintf("invalid %s checksum in %s: want %d hex digits, got %q", typ, w, want, val), "")
-		default:
-			a.ChecksumType, a.Checksum = typ, strings.ToLower(val)
+		typ, val, err := ParseChecksum(sum, w)
+		var ce *checksumError
+		if errors.As(err, &ce) {
+			p.fail(r, ce.msg, ce.hint)
+		} else {
+			a.ChecksumType, a.Checksum = typ, val
 		}
 	}
 	return a
+}
+
+// ErrChecksum is an artifact checksum berth cannot check.
+var ErrChecksum = errors.New("invalid artifact checksum")
+
+// checksumError says what is wrong with a checksum and how to write it.
+type checksumError struct{ msg, hint string }
+
+func (e *checksumError) Error() string        { return e.msg }
+func (e *checksumError) Is(target error) bool { return target == ErrChecksum }
+
+// ParseChecksum reads an artifact's options.checksum, "type:hex" with type
+// md5, sha1, sha256 or sha512, for the artifact described by where; the
+// value comes back in lower case. Its error matches ErrChecksum.
+func ParseChecksum(sum, where string) (typ, val string, err error) {
+	typ, val, found := strings.Cut(sum, ":")
+	want, known := checksumLen[typ]
+	switch {
+	case !found || val == "":
+		return "", "", &checksumError{fmt.Sprintf("checksum %q in %s is not type:value", sum, where), "write checksum = \"sha256:<hex>\""}
+	case !known:
+		return "", "", &checksumError{fmt.Sprintf("unsupported checksum type %q in %s", typ, where), "use md5, sha1, sha256 or sha512"}
+	case len(val) != want || !isHex(val):
+		return "", "", &checksumError{fmt.Sprintf("invalid %s checksum in %s: want %d hex digits, got %q", typ, where, want, val), ""}
+	}
+	return typ, strings.ToLower(val), nil
 }
 
 func isHex(s string) bool {

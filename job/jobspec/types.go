@@ -138,8 +138,14 @@ type EphemeralDisk struct {
 	Migrate bool `json:"migrate,omitempty"`
 }
 
-// Volume is a group volume block. Type "host" names a host volume of the
-// agent configuration; "csi" a CSI volume, which berth cannot mount.
+// The types of a group volume.
+const (
+	VolumeHost = "host" // a host volume of the node's configuration
+	VolumeCSI  = "csi"  // a CSI volume, which berth cannot mount
+)
+
+// Volume is a group volume block. Type VolumeHost names a host volume of
+// the agent configuration; VolumeCSI a CSI volume, which berth cannot mount.
 type Volume struct {
 	Name           string   `json:"name"`
 	Type           string   `json:"type"`

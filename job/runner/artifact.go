@@ -117,9 +117,16 @@ func (a *allocRun) fetchArtifact(ctx context.Context, taskDir string, art *jobsp
 	if err != nil {
 		return err
 	}
+	sumType, sum := art.ChecksumType, art.Checksum
+	if sumType == "" && opts["checksum"] != "" {
+		// Written with ${...}: read now that it is interpolated.
+		if sumType, sum, err = jobspec.ParseChecksum(opts["checksum"], "artifact "+art.Source); err != nil {
+			return fmt.Errorf("%w: %w", ErrArtifact, err)
+		}
+	}
 	spec := artifact.Spec{
 		AllocID: a.alloc.ID, Task: filepath.Base(taskDir), Source: art.Source, Name: src.name,
-		Mode: art.Mode, Kind: kind, ChecksumType: art.ChecksumType, Checksum: art.Checksum,
+		Mode: art.Mode, Kind: kind, ChecksumType: sumType, Checksum: sum,
 		UID: cred.UID, GID: cred.GID, Groups: cred.Groups,
 		Landlock: a.r.landlockABI() > 0, Limits: a.r.o.ArtifactLimits,
 	}

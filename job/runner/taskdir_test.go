@@ -226,6 +226,15 @@ func TestArtifactFailures(t *testing.T) {
         options {
           checksum = "sha256:` + strings.Repeat("0", 64) + `"
         }`, "checksum mismatch: sha256 is "},
+		// Interpolated at run time, as Nomad does (NOMAD_ALLOC_INDEX is 0).
+		{"checksum interpolated, mismatch", `source = "` + srv.URL + `/f.txt"
+        options {
+          checksum = "sha256:${NOMAD_ALLOC_INDEX}` + strings.Repeat("0", 63) + `"
+        }`, "checksum mismatch: sha256 is "},
+		{"checksum interpolated, malformed", `source = "` + srv.URL + `/f.txt"
+        options {
+          checksum = "${NOMAD_TASK_NAME}"
+        }`, `checksum "t" in artifact ` + srv.URL + `/f.txt is not type:value`},
 		{"missing file", `source = "local/nope.txt"`, "no such file or directory"},
 		{"http 404", `source = "` + srv.URL + `/gone.tar.gz"`, "404 Not Found"},
 		{"entry leaving the destination", `source = "` + srv.URL + `/evil.tar"`, `archive entry "../../../../escape.txt" leads out of the destination`},

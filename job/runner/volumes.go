@@ -29,7 +29,7 @@ func (r *Runner) mounts(g *jobspec.Group, t *jobspec.Task) ([]driver.Mount, erro
 		if v == nil {
 			return nil, fmt.Errorf("%s: task %q mounts volume %q, which group %q does not declare", vm.Pos, t.Name, vm.Volume, g.Name)
 		}
-		if v.Type != "host" {
+		if v.Type != jobspec.VolumeHost {
 			return nil, fmt.Errorf("%s: task %q mounts %s volume %q: berth mounts host volumes only", vm.Pos, t.Name, v.Type, v.Name)
 		}
 		hv, ok := r.o.HostVolumes[v.Source]
