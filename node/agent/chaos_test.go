@@ -24,7 +24,7 @@ import (
 const (
 	chaosSeedEnv  = "BERTH_CHAOS_SEED"
 	chaosKillsEnv = "BERTH_CHAOS_KILLS"
-	chaosKills    = 15
+	chaosKills    = 10
 )
 
 // randomSeedJob is the README's seed job: podman, every second, its own
@@ -119,7 +119,7 @@ var chaosVictims = []struct {
 // and a service job, and checks the invariants after each kill; then
 // stops both jobs and drains: nothing may be left, and no batch task may
 // have run twice. BERTH_CHAOS_SEED replays a seed, BERTH_CHAOS_KILLS
-// sets the number of kills (default 15: a CI run stays short; a soak sets more).
+// sets the number of kills (default 10: a CI run stays short; a soak sets more).
 func TestChaosRandom(t *testing.T) {
 	requireImage(t)
 	seed := time.Now().UnixNano()
