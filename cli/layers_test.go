@@ -1,19 +1,10 @@
 package cli
 
 import (
-	"context"
 	"testing"
 
 	"github.com/berth/berth/internal/layers"
 )
 
 // The packages under cli/ import only what layers.Groups allows them.
-func TestLayer(t *testing.T) {
-	pkgs, err := layers.List(context.Background(), ".", "./...")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range layers.Check(pkgs) {
-		t.Error(v)
-	}
-}
+func TestLayer(t *testing.T) { layers.TestDir(t) }

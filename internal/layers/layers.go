@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // Module is berth's module path.
@@ -145,4 +146,17 @@ func Check(pkgs []Package) []Violation {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
+}
+
+// TestDir is a group's TestLayer: it fails t with each import of the
+// packages under the current directory that the rules forbid.
+func TestDir(t testing.TB) {
+	t.Helper()
+	pkgs, err := List(context.Background(), ".", "./...")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Check(pkgs) {
+		t.Error(v)
+	}
 }
