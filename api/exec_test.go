@@ -40,27 +40,23 @@ func execAgent(t *testing.T, exit string) *Client {
 	return c
 }
 
-// goroutinesIn counts the goroutines whose stack has fn.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			n++
-		}
-	}
-	return n
-}
-
-// goroutinesLeftIn counts the goroutines in fn once those that have
-// finished their work are gone: a pump joined by closing a channel in a
-// defer is still on its stack for a moment after the close.
+// goroutinesLeftIn counts the goroutines whose stack has fn once those
+// that have finished their work are gone: a goroutine joined by closing a
+// channel in a defer is still on its stack for a moment after the close.
 func goroutinesLeftIn(fn string) int {
-	n := goroutinesIn(fn)
+	n := -1
 	for i := 0; i < 100 && n != 0; i++ {
-		time.Sleep(time.Millisecond)
-		n = goroutinesIn(fn)
+		if i > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		n = 0
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, fn) {
+				n++
+			}
+		}
 	}
 	return n
 }
