@@ -61,7 +61,7 @@ func mustParse(t *testing.T, path string, opts ParseOptions) *Job {
 }
 
 func TestSeedJob(t *testing.T) {
-	j := mustParse(t, "testdata/seed.hcl", testOptions())
+	j := mustParse(t, "testdata/corpus/seed.hcl", testOptions())
 
 	if j.ID != "cni-debug" || j.Type != TypeBatch || j.Namespace != "default" || j.Region != "global" || j.Priority != 50 {
 		t.Errorf("job header = %q %q %q %q %d", j.ID, j.Type, j.Namespace, j.Region, j.Priority)
@@ -69,7 +69,7 @@ func TestSeedJob(t *testing.T) {
 	if !reflect.DeepEqual(j.Datacenters, []string{"S10"}) {
 		t.Errorf("datacenters = %v", j.Datacenters)
 	}
-	want := []Constraint{{Attribute: "${attr.unique.hostname}", Operator: "=", Value: "hostname", Pos: Pos{"testdata/seed.hcl", 9, 3}}}
+	want := []Constraint{{Attribute: "${attr.unique.hostname}", Operator: "=", Value: "hostname", Pos: Pos{"testdata/corpus/seed.hcl", 9, 3}}}
 	if !reflect.DeepEqual(j.Constraints, want) {
 		t.Errorf("constraints = %+v, want %+v", j.Constraints, want)
 	}
@@ -107,7 +107,7 @@ func TestSeedJob(t *testing.T) {
 	if !g.Reschedule.Set || g.Reschedule.Applies || g.Reschedule.Attempts != 0 || g.Reschedule.Unlimited {
 		t.Errorf("reschedule = %+v", g.Reschedule)
 	}
-	if g.Network.Mode != "cni/private" || g.Network.CNI != "private" || g.Network.ModePos != (Pos{"testdata/seed.hcl", 24, 14}) {
+	if g.Network.Mode != "cni/private" || g.Network.CNI != "private" || g.Network.ModePos != (Pos{"testdata/corpus/seed.hcl", 24, 14}) {
 		t.Errorf("network = %+v", g.Network)
 	}
 	task := g.Task("sleep")
@@ -121,7 +121,7 @@ func TestSeedJob(t *testing.T) {
 	if task.KillTimeout != 5*time.Second || task.Resources != (Resources{CPU: 100, MemoryMB: 300}) || task.Restart != g.Restart {
 		t.Errorf("task defaults = %v %+v %+v", task.KillTimeout, task.Resources, task.Restart)
 	}
-	if task.Pos != (Pos{"testdata/seed.hcl", 26, 5}) || task.ConfigPos != (Pos{"testdata/seed.hcl", 28, 7}) || task.DriverPos != (Pos{"testdata/seed.hcl", 27, 16}) {
+	if task.Pos != (Pos{"testdata/corpus/seed.hcl", 26, 5}) || task.ConfigPos != (Pos{"testdata/corpus/seed.hcl", 28, 7}) || task.DriverPos != (Pos{"testdata/corpus/seed.hcl", 27, 16}) {
 		t.Errorf("task positions = %v %v %v", task.Pos, task.ConfigPos, task.DriverPos)
 	}
 
@@ -139,7 +139,7 @@ func TestSeedJob(t *testing.T) {
 func TestSeedWithoutChecks(t *testing.T) {
 	// With no node, drivers or networks known, nothing environment-specific
 	// is checked.
-	if _, err := ParseFile("testdata/seed.hcl", ParseOptions{}); err != nil {
+	if _, err := ParseFile("testdata/corpus/seed.hcl", ParseOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -511,7 +511,7 @@ func TestLocalNode(t *testing.T) {
 }
 
 func BenchmarkParseSeed(b *testing.B) {
-	src, err := os.ReadFile("testdata/seed.hcl")
+	src, err := os.ReadFile("testdata/corpus/seed.hcl")
 	if err != nil {
 		b.Fatal(err)
 	}
