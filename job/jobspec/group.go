@@ -124,7 +124,14 @@ func groupVolumes(p *parser, s *scope, f field) {
 			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate volume %q in %s", b.Labels[0], s.where), fmt.Sprintf("the first is at %s", first.Pos))
 			continue
 		}
-		g.Volumes[b.Labels[0]] = p.volume(b, s.job, s.where)
+		canaries := 0
+		switch {
+		case s.canary != nil:
+			canaries = *s.canary
+		case p.jobCanary != nil:
+			canaries = *p.jobCanary
+		}
+		g.Volumes[b.Labels[0]] = p.volume(b, s.job, canaries, s.where)
 	}
 }
 
@@ -233,7 +240,7 @@ func (p *parser) ephemeralDisk(blk *hclsyntax.Block, where string) EphemeralDisk
 	return d
 }
 
-func (p *parser) volume(blk *hclsyntax.Block, j *Job, where string) *Volume {
+func (p *parser) volume(blk *hclsyntax.Block, j *Job, canaries int, where string) *Volume {
 	w := fmt.Sprintf("volume %q in %s", blk.Labels[0], where)
 	attrs, blocks := p.content(blk.Body, schema{
 		what:   w,
@@ -256,9 +263,14 @@ func (p *parser) volume(blk *hclsyntax.Block, j *Job, where string) *Volume {
 		}
 		// As Nomad's validation: one allocation per node has no index to
 		// tell volumes apart.
-		if v.PerAlloc && (j.Type == TypeSystem || j.Type == TypeSysbatch) {
+		switch {
+		case v.PerAlloc && (j.Type == TypeSystem || j.Type == TypeSysbatch):
 			p.fail(a.NameRange, fmt.Sprintf("%s cannot be per_alloc in a %s job", w, j.Type),
 				"a system or sysbatch job runs one allocation per node; remove per_alloc")
+		case v.PerAlloc && canaries > 0:
+			// A canary would need a volume of an index beyond count.
+			p.fail(a.NameRange, fmt.Sprintf("%s cannot be per_alloc when canaries are in use (update canary = %d)", w, canaries),
+				"remove per_alloc, or canary from the update block")
 		}
 	}
 	mountOptions := blocks["mount_options"]
