@@ -61,7 +61,7 @@ type Task struct {
 	Labels map[string]string
 	// Mounts are the task's host volumes (volume_mount blocks): exec binds
 	// them into the task's root, podman into the container; raw_exec, as
-	// Nomad's, mounts nothing.
+	// Nomad's, refuses to start a task that has any.
 	Mounts []Mount
 }
 
