@@ -45,7 +45,7 @@ job "propagation" {
       }
 
       config {
-        image   = "docker.io/library/busybox:1.36"
+        image   = "busybox:latest"
         command = "sleep"
         args    = ["3600"]
       }
