@@ -99,9 +99,11 @@ client {
   # Host directories jobs may mount, as Nomad's: a group's
   # volume "x" { type = "host" source = "data" } and a task's
   # volume_mount { volume = "x" destination = "/data" } bind it into the task
-  # (exec, podman; raw_exec mounts nothing). read_only = true makes every
-  # mount read-only. The path must exist. One block per volume; `berth run`
-  # takes --client-host-volume data=/srv/data[:ro] instead.
+  # (exec, podman; raw_exec cannot: run refuses such a task). read_only = true
+  # makes every mount read-only. The path must exist. One block per volume;
+  # a job's per_alloc = true volume with source "data" mounts "data[0]",
+  # "data[1]", ... in its allocations. `berth run` takes
+  # --client-host-volume data=/srv/data[:ro] instead.
   # host_volume "data" {
   #   path      = "/srv/data"
   #   read_only = false

@@ -227,9 +227,15 @@ func (p *parser) spread(blk *hclsyntax.Block, where string) {
 	p.clusterOnly(blk, where, "spread distributes allocations over nodes; berth has one node")
 }
 
-func (p *parser) update(blk *hclsyntax.Block, where string) {
+// update checks an update block and returns its canary (nil: not set),
+// which a per_alloc volume cannot have.
+func (p *parser) update(blk *hclsyntax.Block, where string) *int {
 	w := "update block in " + where
 	attrs := p.check(blk, updateShape, w)
+	var canary *int
+	if v, ok := p.integer(attrs["canary"], w, 0, maxInt32); ok {
+		canary = &v
+	}
 	if a := attrs["health_check"]; a != nil {
 		if s, ok := p.str(a, w); ok && s != "checks" && s != "task_states" && s != "manual" {
 			p.fail(a.Expr.Range(), fmt.Sprintf("invalid health_check %q in %s", s, w), "use \"checks\", \"task_states\" or \"manual\"")
@@ -241,6 +247,7 @@ func (p *parser) update(blk *hclsyntax.Block, where string) {
 		}
 	}
 	p.clusterOnly(blk, where, "update drives rolling deployments across a cluster; berth replaces a job's allocations when it is submitted again")
+	return canary
 }
 
 func (p *parser) migrate(blk *hclsyntax.Block, where string) {

@@ -124,7 +124,14 @@ func groupVolumes(p *parser, s *scope, f field) {
 			p.fail(b.LabelRanges[0], fmt.Sprintf("duplicate volume %q in %s", b.Labels[0], s.where), fmt.Sprintf("the first is at %s", first.Pos))
 			continue
 		}
-		g.Volumes[b.Labels[0]] = p.volume(b, s.where)
+		canaries := 0
+		switch {
+		case s.canary != nil:
+			canaries = *s.canary
+		case p.jobCanary != nil:
+			canaries = *p.jobCanary
+		}
+		g.Volumes[b.Labels[0]] = p.volume(b, s.job, canaries, s.where)
 	}
 }
 
@@ -233,7 +240,7 @@ func (p *parser) ephemeralDisk(blk *hclsyntax.Block, where string) EphemeralDisk
 	return d
 }
 
-func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
+func (p *parser) volume(blk *hclsyntax.Block, j *Job, canaries int, where string) *Volume {
 	w := fmt.Sprintf("volume %q in %s", blk.Labels[0], where)
 	attrs, blocks := p.content(blk.Body, schema{
 		what:   w,
@@ -250,12 +257,26 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 	if b, ok := p.boolean(attrs["read_only"], w); ok {
 		v.ReadOnly = b
 	}
-	if b, ok := p.boolean(attrs["per_alloc"], w); ok {
-		v.PerAlloc = b
+	if a := attrs["per_alloc"]; a != nil {
+		if b, ok := p.boolean(a, w); ok {
+			v.PerAlloc = b
+		}
+		// As Nomad's validation: one allocation per node has no index to
+		// tell volumes apart.
+		switch {
+		case v.PerAlloc && (j.Type == TypeSystem || j.Type == TypeSysbatch):
+			p.fail(a.NameRange, fmt.Sprintf("%s cannot be per_alloc in a %s job", w, j.Type),
+				"a system or sysbatch job runs one allocation per node; remove per_alloc")
+		case v.PerAlloc && canaries > 0:
+			// A canary would need a volume of an index beyond count.
+			p.fail(a.NameRange, fmt.Sprintf("%s cannot be per_alloc when canaries are in use (update canary = %d)", w, canaries),
+				"remove per_alloc, or canary from the update block")
+		}
 	}
-	if bs := blocks["mount_options"]; len(bs) > 0 {
+	mountOptions := blocks["mount_options"]
+	if len(mountOptions) > 0 {
 		mw := "mount_options block in " + w
-		ma, _ := p.content(bs[0].Body, schema{what: mw, attrs: []string{"fs_type", "mount_flags"}})
+		ma, _ := p.content(mountOptions[0].Body, schema{what: mw, attrs: []string{"fs_type", "mount_flags"}})
 		if s, ok := p.str(ma["fs_type"], mw); ok {
 			v.FSType = s
 		}
@@ -266,11 +287,31 @@ func (p *parser) volume(blk *hclsyntax.Block, where string) *Volume {
 	if v.Source == "" {
 		p.fail(blk.TypeRange, fmt.Sprintf("%s has no source", w), "set source = \"<volume name>\"")
 	}
-	if v.Type == VolumeCSI {
+	switch v.Type {
+	case VolumeHost:
+		p.csiOnly(attrs, mountOptions, v, w)
+	case VolumeCSI:
 		p.warn(blk.TypeRange, fmt.Sprintf("%s is a CSI volume, which berth cannot mount", w),
 			"the file is valid, but run refuses the job: berth has no CSI plugins; use type = \"host\" with a host volume of the node's configuration")
 	}
 	return v
+}
+
+// csiOnly refuses, as Nomad 1.6.5's validation does, what only a CSI
+// volume has: a host volume is a directory of the node, mounted as it is.
+// An empty access_mode or attachment_mode is Nomad's "unset"; a
+// mount_options block is refused even when empty.
+func (p *parser) csiOnly(attrs map[string]*hclsyntax.Attribute, mountOptions []*hclsyntax.Block, v *Volume, w string) {
+	const fix = "access_mode, attachment_mode and mount_options are for type = \"csi\" volumes; remove it"
+	if a := attrs["attachment_mode"]; a != nil && v.AttachmentMode != "" {
+		p.fail(a.NameRange, fmt.Sprintf("%s: host volumes cannot have an attachment mode", w), fix)
+	}
+	if a := attrs["access_mode"]; a != nil && v.AccessMode != "" {
+		p.fail(a.NameRange, fmt.Sprintf("%s: host volumes cannot have an access mode", w), fix)
+	}
+	if len(mountOptions) > 0 {
+		p.fail(mountOptions[0].TypeRange, fmt.Sprintf("%s: host volumes cannot have mount options", w), fix)
+	}
 }
 
 // AllServices is the group's services followed by its tasks'.
@@ -282,19 +323,21 @@ func (g *Group) AllServices() []*Service {
 	return out
 }
 
-// checkVolumeMounts: each volume_mount names a volume of the group; a
-// raw_exec task's are not mounted (raw_exec has no filesystem isolation,
-// and Nomad's mounts nothing for it either).
+// checkVolumeMounts: each volume_mount names a volume of the group. A
+// raw_exec task's are refused at run: raw_exec has no filesystem
+// isolation to mount into, and Nomad's fails such a task when it starts
+// ("does not support host volumes") though its validate accepts the job.
 func (p *parser) checkVolumeMounts(g *Group, t *Task, where string) {
 	for _, vm := range t.VolumeMounts {
-		if g.Volumes[vm.Volume] == nil {
+		v := g.Volumes[vm.Volume]
+		if v == nil {
 			p.failAt(vm.Pos, fmt.Sprintf("volume_mount in task %q references undefined volume %q", t.Name, vm.Volume),
 				fmt.Sprintf("declare volume %q { type = \"host\" source = \"...\" } in %s", vm.Volume, where))
 			continue
 		}
-		if t.Driver == "raw_exec" {
-			p.warnAt(vm.Pos, fmt.Sprintf("volume_mount of volume %q in task %q is not mounted: the raw_exec driver mounts no volumes (as Nomad's)", vm.Volume, t.Name),
-				"a raw_exec task sees the host's filesystem: use the host volume's path directly")
+		if t.Driver == "raw_exec" && v.Type == VolumeHost {
+			p.nodeFactAt(vm.Pos, fmt.Sprintf("volume_mount of volume %q in task %q: the raw_exec driver does not support host volumes", vm.Volume, t.Name),
+				"a raw_exec task sees the host's filesystem: use the host volume's path directly, or driver = \"exec\"")
 		}
 	}
 }

@@ -144,9 +144,9 @@ func (p *parser) job(blk *hclsyntax.Block) *Job {
 	}
 	s := &scope{where: fmt.Sprintf("job %q", j.ID), blk: blk, job: j, idRange: blk.LabelRanges[0]}
 	p.walk(jobKeys, s)
-	p.jobVault = s.vault
+	p.jobVault, p.jobCanary = s.vault, s.canary
 	p.jobGroups(blk, j, s.where)
-	p.jobVault, p.jobResched = nil, nil
+	p.jobVault, p.jobResched, p.jobCanary = nil, nil, nil
 	p.placementWarnings(j)
 	return j
 }

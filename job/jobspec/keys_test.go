@@ -104,7 +104,7 @@ const keyTemplate = `job "j" {
     }
 @group@
     task "t" {
-      driver = "raw_exec"
+      driver = "exec"
       config {
         command = "/bin/true"
       }

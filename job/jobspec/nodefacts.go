@@ -13,15 +13,20 @@ const nodeRefuses = "the file is a valid Nomad job, but run and plan refuse it o
 // NodeWarnings): an error whose detail, fix, says what to install or
 // configure, or for validate a warning that run refuses the job.
 func (p *parser) nodeFact(r hcl.Range, summary, fix string) {
+	p.nodeFactAt(p.pos(r), summary, fix)
+}
+
+// nodeFactAt is nodeFact at a position already taken.
+func (p *parser) nodeFactAt(pos Pos, summary, fix string) {
 	if !p.opts.NodeWarnings {
-		p.fail(r, summary, fix)
+		p.failAt(pos, summary, fix)
 		return
 	}
 	detail := nodeRefuses
 	if fix != "" {
 		detail = fix + "; " + nodeRefuses
 	}
-	p.warn(r, summary, detail)
+	p.warnAt(pos, summary, detail)
 }
 
 // missingDriver is the fix for a driver this node does not have: the

@@ -200,6 +200,9 @@ type parser struct {
 	// The job's vault and reschedule blocks, which its groups inherit.
 	jobVault   *Vault
 	jobResched *hclsyntax.Block
+	// jobCanary is the job's update canary, which its groups inherit
+	// (nil: none).
+	jobCanary *int
 	// expanded: bodies whose dynamic blocks were expanded.
 	expanded map[*hclsyntax.Body]bool
 }

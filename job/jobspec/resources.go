@@ -51,10 +51,15 @@ func (g *Group) missingVolumes(r NodeResources, gw string) []*PlacementError {
 		case v.Type == VolumeCSI:
 			out = append(out, &PlacementError{Kind: PlaceCSIVolume, What: fmt.Sprintf("CSI volume %q", v.Source), Where: where, Pos: v.Pos,
 				Node: "berth has no CSI plugins and cannot mount it: use type = \"host\" with a host volume of the node's configuration"})
-		case !r.HostVolumes[v.Source]:
-			out = append(out, &PlacementError{Kind: PlaceHostVolume, What: fmt.Sprintf("host volume %q", v.Source), Where: where, Pos: v.Pos,
-				Node: fmt.Sprintf("this node has no host volume %q: add client { host_volume %q { path = \"/path/on/host\" } } to the agent's file, or give berth run --client-host-volume %s=/path/on/host",
-					v.Source, v.Source, v.Source)})
+		default:
+			for _, src := range v.Sources(g.Count) {
+				if r.HostVolumes[src] {
+					continue
+				}
+				out = append(out, &PlacementError{Kind: PlaceHostVolume, What: fmt.Sprintf("host volume %q", src), Where: where, Pos: v.Pos,
+					Node: fmt.Sprintf("this node has no host volume %q: add client { host_volume %q { path = \"/path/on/host\" } } to the agent's file, or give berth run --client-host-volume '%s=/path/on/host'",
+						src, src, src)})
+			}
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Pos.before(out[b].Pos) })

@@ -103,21 +103,72 @@ func TestMissingResources(t *testing.T) {
 	}
 }
 
-// raw_exec mounts no volumes, as Nomad's: the volume_mount is a warning.
-func TestRawExecVolumeMountWarns(t *testing.T) {
-	for _, drv := range []string{"raw_exec", "exec"} {
-		j, err := Parse([]byte(strings.Replace(volumesJob, "%s", drv, 1)), "vols.hcl", ParseOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, w := range j.Warnings {
-			if strings.Contains(w.Summary, "the raw_exec driver mounts no volumes") {
-				found = w.Line == 27 && w.Column == 7
+// raw_exec cannot mount a host volume: Nomad's validate accepts the job
+// and its task fails at start ("does not support host volumes"). So
+// berth's validate warns at the volume_mount and run refuses there.
+func TestRawExecVolumeMount(t *testing.T) {
+	for _, tc := range []struct {
+		drv               string
+		validate, refused bool
+	}{{"raw_exec", true, true}, {"exec", false, false}} {
+		t.Run(tc.drv, func(t *testing.T) {
+			src := []byte(strings.Replace(volumesJob, "%s", tc.drv, 1))
+			j, err := Parse(src, "vols.hcl", ParseOptions{NodeWarnings: true})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if found != (drv == "raw_exec") {
-			t.Errorf("%s: warning at 27:7 %v: %v", drv, found, j.Warnings)
-		}
+			warned := false
+			for _, w := range j.Warnings {
+				if strings.Contains(w.Summary, "the raw_exec driver does not support host volumes") {
+					warned = w.Line == 27 && w.Column == 7 && strings.Contains(w.Detail, "run and plan refuse it")
+				}
+			}
+			if warned != tc.validate {
+				t.Errorf("validate warns at 27:7: %v, want %v: %v", warned, tc.validate, j.Warnings)
+			}
+			_, err = Parse(src, "vols.hcl", ParseOptions{})
+			want := `vols.hcl:27:7: volume_mount of volume "data" in task "t": the raw_exec driver does not support host volumes`
+			if refused := err != nil && strings.HasPrefix(err.Error(), want); refused != tc.refused {
+				t.Errorf("run: %v, want refused %v (%s)", err, tc.refused, want)
+			}
+		})
+	}
+}
+
+// per_alloc: allocation N of the group mounts the node's host volume
+// "<source>[N]", as Nomad's; the node must have one for each allocation.
+func TestPerAllocSources(t *testing.T) {
+	src := `job "j" {
+  group "g" {
+    count = 3
+    volume "v" {
+      type      = "host"
+      source    = "data"
+      per_alloc = true
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}
+`
+	j, err := Parse([]byte(src), "pa.hcl", ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := j.Groups[0].Volumes["v"]
+	if got := strings.Join(v.Sources(3), ","); got != "data[0],data[1],data[2]" {
+		t.Errorf("Sources = %s", got)
+	}
+	m := j.Missing(NodeResources{HostVolumes: map[string]bool{"data[0]": true, "data[2]": true, "data": true}})
+	if len(m) != 1 || !strings.HasPrefix(m[0].Error(), `pa.hcl:4:5: host volume "data[1]" in volume "v" in group "g" not met by this node`) {
+		t.Errorf("Missing = %v, want data[1] only", m)
+	}
+	v.PerAlloc = false
+	if got := v.SourceFor(2); got != "data" {
+		t.Errorf("SourceFor without per_alloc = %s", got)
 	}
 }

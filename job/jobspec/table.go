@@ -98,6 +98,8 @@ type scope struct {
 	idRange hcl.Range
 	// vault is the job's or the group's vault block, which tasks inherit.
 	vault *Vault
+	// canary is the update block's canary count, nil when not set.
+	canary *int
 }
 
 // walk checks blk's body against rows and runs each row's handler, in
@@ -241,7 +243,7 @@ var (
 	}}
 	updateRow = row{name: "update", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
 		p.checkUpdateAllowed(f.blocks[0], s.job)
-		p.update(f.blocks[0], s.where)
+		s.canary = p.update(f.blocks[0], s.where)
 	}}
 	migrateRow = row{name: "migrate", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
 		p.checkMigrateAllowed(f.blocks[0], s.job)

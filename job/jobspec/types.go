@@ -159,6 +159,28 @@ type Volume struct {
 	Pos            Pos      `json:"pos"`
 }
 
+// SourceFor is the name of the node's host volume that allocation index
+// mounts: with per_alloc, as Nomad, the source suffixed with "[index]"
+// ("data" is "data[0]", "data[1]", ... for each allocation of the group).
+func (v *Volume) SourceFor(index int) string {
+	if !v.PerAlloc {
+		return v.Source
+	}
+	return fmt.Sprintf("%s[%d]", v.Source, index)
+}
+
+// Sources are the host volumes the group's count allocations mount.
+func (v *Volume) Sources(count int) []string {
+	if !v.PerAlloc {
+		return []string{v.Source}
+	}
+	out := make([]string, count)
+	for i := range out {
+		out[i] = v.SourceFor(i)
+	}
+	return out
+}
+
 // VolumeMount is a task's volume_mount block.
 type VolumeMount struct {
 	Volume          string `json:"volume"`

@@ -820,7 +820,7 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	start := time.Now()
 	// Resolved at each start: a re-adopted task restarted after the
 	// node's host volumes changed fails here, naming the volume.
-	mounts, err := a.r.mounts(a.group, a.group.Tasks[i])
+	mounts, err := a.r.mounts(a.group, a.group.Tasks[i], a.index)
 	dt.Mounts = mounts
 	var h driver.Handle
 	if err == nil {

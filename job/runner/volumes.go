@@ -20,9 +20,11 @@ type HostVolume struct {
 // job before; the node's configuration may have changed since).
 var ErrNoHostVolume = errors.New("host volume not configured on this node")
 
-// mounts are task t's volume_mounts as host paths: read-only when the
-// node's host volume, the group's volume or the mount says so, as Nomad.
-func (r *Runner) mounts(g *jobspec.Group, t *jobspec.Task) ([]driver.Mount, error) {
+// mounts are task t's volume_mounts, for allocation index of group g, as
+// host paths: read-only when the node's host volume, the group's volume
+// or the mount says so, as Nomad; a per_alloc volume is the node's volume
+// named "<source>[<index>]".
+func (r *Runner) mounts(g *jobspec.Group, t *jobspec.Task, index int) ([]driver.Mount, error) {
 	var out []driver.Mount
 	for _, vm := range t.VolumeMounts {
 		v := g.Volumes[vm.Volume]
@@ -32,11 +34,13 @@ func (r *Runner) mounts(g *jobspec.Group, t *jobspec.Task) ([]driver.Mount, erro
 		if v.Type != jobspec.VolumeHost {
 			return nil, fmt.Errorf("%s: task %q mounts %s volume %q: berth mounts host volumes only", vm.Pos, t.Name, v.Type, v.Name)
 		}
-		hv, ok := r.o.HostVolumes[v.Source]
+		src := v.SourceFor(index)
+		hv, ok := r.o.HostVolumes[src]
 		if !ok {
-			return nil, fmt.Errorf("%s: task %q: %w: %q (volume %q)", vm.Pos, t.Name, ErrNoHostVolume, v.Source, v.Name)
+			return nil, fmt.Errorf("%s: task %q: %w: %q (volume %q)", vm.Pos, t.Name, ErrNoHostVolume, src, v.Name)
 		}
-		out = append(out, driver.Mount{Source: hv.Path, Dest: vm.Destination, ReadOnly: hv.ReadOnly || v.ReadOnly || vm.ReadOnly})
+		out = append(out, driver.Mount{Source: hv.Path, Dest: vm.Destination, ReadOnly: hv.ReadOnly || v.ReadOnly || vm.ReadOnly,
+			Propagation: driver.Propagation(vm.PropagationMode)})
 	}
 	return out, nil
 }

@@ -61,7 +61,7 @@ type Task struct {
 	Labels map[string]string
 	// Mounts are the task's host volumes (volume_mount blocks): exec binds
 	// them into the task's root, podman into the container; raw_exec, as
-	// Nomad's, mounts nothing.
+	// Nomad's, refuses to start a task that has any.
 	Mounts []Mount
 }
 
@@ -70,7 +70,28 @@ type Task struct {
 type Mount struct {
 	Source, Dest string
 	ReadOnly     bool
+	// Propagation is the volume_mount's propagation_mode: what a mount made
+	// below Source on the host, or below Dest in the task, does on the
+	// other side. Empty is PropagationPrivate.
+	Propagation Propagation
 }
+
+// Propagation is a mount's propagation, as Nomad's propagation_mode.
+type Propagation string
+
+// The propagation modes of a volume_mount, as Nomad's (and as Linux's
+// rprivate, rslave and rshared).
+const (
+	// PropagationPrivate: neither side sees the other's later mounts.
+	PropagationPrivate Propagation = "private"
+	// PropagationHostToTask: the task sees what the host mounts below
+	// the volume after the task started; the host sees nothing of the
+	// task's mounts.
+	PropagationHostToTask Propagation = "host-to-task"
+	// PropagationBidirectional: host-to-task, and the task's mounts
+	// below the volume are shared back where the driver can (podman).
+	PropagationBidirectional Propagation = "bidirectional"
+)
 
 // Resources is what the task may use, as the job file says (Nomad's
 // defaults filled in): cpu in MHz, memory in MB; MemoryMaxMB above MemoryMB

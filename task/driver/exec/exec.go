@@ -297,6 +297,11 @@ func (d *Driver) start(ctx context.Context, t *driver.Task) (_ *handle, err erro
 	if strings.ContainsAny(t.TaskName, "/\x00") || t.TaskName == "." || t.TaskName == ".." {
 		return nil, fmt.Errorf("task name %q cannot name a file", t.TaskName)
 	}
+	// As Nomad's raw_exec: no filesystem of its own to mount into, and a
+	// mount left out would be a job's volume silently dropped.
+	if !d.isolate && len(t.Mounts) > 0 {
+		return nil, fmt.Errorf("the %s driver does not support host volumes (volume_mount at %s)", d.name, t.Mounts[0].Dest)
+	}
 	// Everything from here blocks threads in system calls (stat, user
 	// lookups, cgroupfs, fork): at most MaxParallelStarts at once.
 	release, err := d.acquire(ctx)

@@ -228,7 +228,8 @@ func (d *Driver) resolveExec(l *launch, t *driver.Task, tc *TaskConfig, env map[
 		// After /alloc and chroot_env: a host volume may be mounted
 		// inside either. The supervisor refuses a destination that
 		// climbs out of the root.
-		l.mounts = append(l.mounts, supervisor.Mount{Source: filepath.Clean(m.Source), Dest: filepath.Join("/", m.Dest), ReadOnly: m.ReadOnly})
+		l.mounts = append(l.mounts, supervisor.Mount{Source: filepath.Clean(m.Source), Dest: filepath.Join("/", m.Dest), ReadOnly: m.ReadOnly,
+			Propagation: propagation(m.Propagation)})
 	}
 	l.limits = limitsOf(t.Resources)
 	for k, v := range map[string]string{"NOMAD_ALLOC_DIR": "/alloc", "NOMAD_TASK_DIR": "/local", "NOMAD_SECRETS_DIR": "/secrets"} {
@@ -431,4 +432,20 @@ func denyEnv(env map[string]string, denied []string) map[string]string {
 		}
 	}
 	return out
+}
+
+// propagation is a volume_mount's propagation_mode as the supervisor sets
+// it, as Nomad's exec driver: private is rprivate, host-to-task rslave,
+// bidirectional rshared. In the task's namespace, whose root is rslave,
+// rshared shares the task's mounts with the task's own mounts of the
+// volume, not with the host's (as Nomad's exec).
+func propagation(p driver.Propagation) string {
+	switch p {
+	case driver.PropagationHostToTask:
+		return supervisor.PropagationSlave
+	case driver.PropagationBidirectional:
+		return supervisor.PropagationShared
+	default:
+		return supervisor.PropagationPrivate
+	}
 }

@@ -11,8 +11,7 @@ import (
 
 // A host volume is bound into an exec task's root at its destination:
 // the task reads the host's file and writes one the host sees; a
-// read-only mount refuses the write. raw_exec mounts nothing (as Nomad's):
-// it sees the host's filesystem as it is.
+// read-only mount refuses the write.
 func TestExecHostVolume(t *testing.T) {
 	requireRoot(t)
 	rw, ro := t.TempDir(), t.TempDir()
@@ -41,5 +40,17 @@ func TestExecHostVolume(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ro, "out")); err == nil {
 		t.Error("the task wrote into a read-only host volume")
+	}
+}
+
+// raw_exec refuses a task with host volumes, as Nomad's ("does not
+// support host volumes"), before it makes anything: its task sees the
+// host's filesystem, and a mount left out would be dropped silently.
+func TestRawExecRefusesMounts(t *testing.T) {
+	task := &driver.Task{AllocID: "btexec-mounts", TaskName: "t", Config: sh("true"), LogDir: t.TempDir(),
+		Mounts: []driver.Mount{{Source: t.TempDir(), Dest: "/data"}}}
+	_, err := NewRawExec(Options{StoreID: testStore}).Start(ctxT(t), task)
+	if err == nil || !strings.Contains(err.Error(), "the raw_exec driver does not support host volumes (volume_mount at /data)") {
+		t.Fatalf("Start = %v, want a refusal of the host volume", err)
 	}
 }

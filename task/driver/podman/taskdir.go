@@ -47,7 +47,8 @@ func (d *Driver) TaskPaths() driver.TaskPaths {
 }
 
 // volumeMounts are the task's host volumes as bind mounts, as Nomad's
-// podman driver mounts a volume_mount.
+// podman driver mounts a volume_mount: propagation_mode private is
+// rprivate, host-to-task rslave, bidirectional rshared.
 func volumeMounts(t *driver.Task) []mount {
 	var out []mount
 	for _, m := range t.Mounts {
@@ -55,7 +56,18 @@ func volumeMounts(t *driver.Task) []mount {
 		if m.ReadOnly {
 			mode = "ro"
 		}
-		out = append(out, mount{Destination: m.Dest, Type: "bind", Source: m.Source, Options: []string{"rbind", mode}})
+		out = append(out, mount{Destination: m.Dest, Type: "bind", Source: m.Source, Options: []string{"rbind", mode, propagation(m.Propagation)}})
 	}
 	return out
+}
+
+func propagation(p driver.Propagation) string {
+	switch p {
+	case driver.PropagationHostToTask:
+		return "rslave"
+	case driver.PropagationBidirectional:
+		return "rshared"
+	default:
+		return "rprivate"
+	}
 }

@@ -74,13 +74,16 @@ func initMain() int {
 	return fail(fmt.Errorf("exec %s: %w", sp.Path, err))
 }
 
-// makeRoot turns sp.Root into the task's /, in the private mount namespace
-// the init was cloned into: nothing mounted here reaches the host's
+// makeRoot turns sp.Root into the task's /, in the mount namespace the
+// init was cloned into: nothing mounted here reaches the host's
 // namespace, and all of it goes when the task's last process exits.
 func makeRoot(sp *Spec) error {
-	// Stop propagation both ways before anything is mounted.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
+	// Stop propagation towards the host before anything is mounted. Slave,
+	// not private, as runc's default root: what the host mounts later
+	// below a shared mount still reaches a host-to-task volume (each
+	// Mount then sets its own propagation).
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make / rslave: %w", err)
 	}
 	root := sp.Root
 	// pivot_root needs the new root to be a mount point.
@@ -144,7 +147,23 @@ func bindInto(root string, m Mount) error {
 	if err := setAttr(target, attr, m.ReadOnly); err != nil {
 		return fmt.Errorf("make %s %s: %w", m.Dest, attrName(m.ReadOnly), err)
 	}
+	if m.Propagation == "" {
+		return nil
+	}
+	flag, ok := propagationFlags[m.Propagation]
+	if !ok {
+		return fmt.Errorf("mount %s: unknown propagation %q", m.Dest, m.Propagation)
+	}
+	if err := unix.Mount("", target, "", flag, ""); err != nil {
+		return fmt.Errorf("make %s %s: %w", m.Dest, m.Propagation, err)
+	}
 	return nil
+}
+
+var propagationFlags = map[string]uintptr{
+	PropagationPrivate: unix.MS_REC | unix.MS_PRIVATE,
+	PropagationSlave:   unix.MS_REC | unix.MS_SLAVE,
+	PropagationShared:  unix.MS_REC | unix.MS_SHARED,
 }
 
 func attrName(ro bool) string {

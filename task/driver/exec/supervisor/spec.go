@@ -23,7 +23,18 @@ type Mount struct {
 	// sees it, inside its root.
 	Source, Dest string
 	ReadOnly     bool
+	// Propagation is set on the mount and every mount under it once bound:
+	// PropagationPrivate, PropagationSlave or PropagationShared; empty
+	// keeps the root's (rslave).
+	Propagation string
 }
+
+// The propagations of a Mount, as mount(8) names them.
+const (
+	PropagationPrivate = "rprivate"
+	PropagationSlave   = "rslave"
+	PropagationShared  = "rshared"
+)
 
 // Spec is everything the supervisor needs to start and watch one task.
 // The driver resolves names (user, capabilities, the binary) before it
@@ -132,6 +143,7 @@ func mountFields() table[Mount] {
 		str("mount_src", func(m *Mount) *string { return &m.Source }),
 		str("mount_dst", func(m *Mount) *string { return &m.Dest }),
 		boolFlag("mount_ro", func(m *Mount) *bool { return &m.ReadOnly }),
+		str("mount_prop", func(m *Mount) *string { return &m.Propagation }),
 	}
 }
 

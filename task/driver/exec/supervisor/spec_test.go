@@ -16,7 +16,7 @@ func TestSpecRoundTrip(t *testing.T) {
 		Dir:         "/",
 		Credentials: Credentials{SetUser: true, UID: 65534, GID: 65534, Groups: []int{65534, 4}, SetCaps: true, Caps: []int{0, 10}, Seccomp: true},
 		OOMScoreAdj: 500,
-		Root:        "/a/web", Mounts: []Mount{{Source: "/bin", Dest: "/bin", ReadOnly: true}, {Source: "/a/alloc", Dest: "/alloc"}},
+		Root:        "/a/web", Mounts: []Mount{{Source: "/bin", Dest: "/bin", ReadOnly: true}, {Source: "/a/alloc", Dest: "/alloc", Propagation: PropagationSlave}},
 		NewPIDNS: true, NewIPCNS: true,
 		Cgroup: &cgroup.Set{Rel: "berth/s.a.web", Unified: "/sys/fs/cgroup/unified/berth/s.a.web", V1: []string{"/m", "/p"}},
 		LogDir: "/a", Stdout: "web.stdout", Stderr: "web.stderr", LogMaxFiles: 3, LogMaxSize: 1 << 20,

@@ -1,0 +1,24 @@
+# attachment_mode is a CSI volume's: Nomad 1.6.5 refuses it on a host volume.
+job "vol" {
+  group "g" {
+    volume "data" {
+      type            = "host"
+      source          = "shared-data"
+      attachment_mode = "file-system"
+    }
+
+    task "t" {
+      driver = "exec"
+
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+
+      config {
+        command = "/bin/ls"
+        args    = ["/data"]
+      }
+    }
+  }
+}
