@@ -261,17 +261,21 @@ func parse(b []byte, dataDir string) facts {
 		}
 	}
 	allocID := f["env.NOMAD_ALLOC_ID"]
-	for k, v := range f {
-		v = strings.ReplaceAll(v, dataDir, "<data>")
+	norm := func(s string) string {
+		s = strings.ReplaceAll(s, dataDir, "<data>")
 		if allocID != "" {
-			v = strings.ReplaceAll(v, allocID, "<alloc-id>")
-			v = strings.ReplaceAll(v, allocID[:8], "<alloc-short>")
+			s = strings.ReplaceAll(s, allocID, "<alloc-id>")
+			s = strings.ReplaceAll(s, allocID[:8], "<alloc-short>")
 		}
-		v = uuidRE.ReplaceAllString(v, "<uuid>")
-		v = dispatchRE.ReplaceAllString(v, "/dispatch-<time>-<rand>")
-		f[k] = v
+		s = uuidRE.ReplaceAllString(s, "<uuid>")
+		return dispatchRE.ReplaceAllString(s, "/dispatch-<time>-<rand>")
 	}
-	return f
+	out := make(facts, len(f))
+	for k, v := range f {
+		// Keys too: a listed file may be named after an ID.
+		out[norm(k)] = norm(v)
+	}
+	return out
 }
 
 // An expectation is a line of expected-differences.txt: a fact (or, with
