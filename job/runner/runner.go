@@ -606,6 +606,13 @@ func (a *allocRun) env(t *jobspec.Task, drv driver.Driver) (vars map[string]stri
 	env = map[string]string{}
 	if inheritsAgentEnv(t.Driver) {
 		env = agentEnv(os.Environ())
+		// The block may override the agent's NOMAD_* variables
+		// (NOMAD_ADDR...), which taskEnv would keep as the runtime's.
+		for k := range t.Env {
+			if _, runtime := vars[k]; !runtime && strings.HasPrefix(k, "NOMAD_") {
+				delete(env, k)
+			}
+		}
 	}
 	if _, ok := env["PATH"]; !ok {
 		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
