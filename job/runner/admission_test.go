@@ -168,8 +168,9 @@ func TestStartPool(t *testing.T) {
 	}
 }
 
-// ${env.X} reads the task's environment, never the agent's; a NOMAD_*
-// variable of the runtime wins over the env block.
+// ${env.X} reads the task's environment (base), never the process's own
+// (what a task inherits of the agent's is in base already: agentEnv); a
+// NOMAD_* variable of the runtime wins over the env block.
 func TestTaskEnv(t *testing.T) {
 	t.Setenv("BERTH_TEST_AGENT_SECRET", "agent-only")
 	base := map[string]string{"PATH": "/bin", "NOMAD_ALLOC_ID": "real-id", "NOMAD_JOB_ID": "j"}

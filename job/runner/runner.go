@@ -562,10 +562,17 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	a.log.Log(ctx, lvl, "allocation finished", "status", a.alloc.Status, "desc", a.alloc.StatusDesc)
 }
 
-// env builds the task's environment: its env block (interpolated) and the
-// NOMAD_* variables existing job files rely on (see taskEnv).
-func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]string, env map[string]string) {
+// env builds the task's environment as Nomad's task runner does: the
+// agent's own environment for drivers without an image of their own
+// (agentEnv), the NOMAD_* variables of the allocation, its resources and
+// meta, then its env block (interpolated, see taskEnv). drv may be nil (a
+// service's variables): the host's paths and no cgroup parent.
+func (a *allocRun) env(t *jobspec.Task, drv driver.Driver) (vars map[string]string, env map[string]string) {
 	j, g := a.job, a.group
+	var dirs driver.TaskPaths
+	if drv != nil {
+		dirs = a.taskPaths(drv, t)
+	}
 	vars = map[string]string{
 		"NOMAD_ALLOC_ID":       a.alloc.ID,
 		"NOMAD_SHORT_ALLOC_ID": a.alloc.ID[:8],
@@ -585,20 +592,31 @@ func (a *allocRun) env(t *jobspec.Task, dirs driver.TaskPaths) (vars map[string]
 	if j.ParentID != "" {
 		vars["NOMAD_JOB_PARENT_ID"] = j.ParentID
 	}
+	resourceVars(vars, t.Resources)
+	if cp, ok := drv.(driver.CgroupParenter); ok {
+		if p := cp.CgroupParent(); p != "" {
+			vars["NOMAD_PARENT_CGROUP"] = p
+		}
+	}
 	a.net.portVars(vars)
-	for k, v := range j.Meta {
-		vars["NOMAD_META_"+k] = v
-		vars["meta."+k] = v
+	// Job, then group, then task: the innermost wins, as in Nomad.
+	for _, meta := range []map[string]string{j.Meta, g.Meta, t.Meta} {
+		metaVars(vars, meta)
 	}
-	for k, v := range g.Meta {
-		vars["NOMAD_META_"+k] = v
-		vars["meta."+k] = v
+	env = map[string]string{}
+	if inheritsAgentEnv(t.Driver) {
+		env = agentEnv(os.Environ())
+		// The block may override the agent's NOMAD_* variables
+		// (NOMAD_ADDR...), which taskEnv would keep as the runtime's.
+		for k := range t.Env {
+			if _, runtime := vars[k]; !runtime && strings.HasPrefix(k, "NOMAD_") {
+				delete(env, k)
+			}
+		}
 	}
-	for k, v := range t.Meta {
-		vars["NOMAD_META_"+k] = v
-		vars["meta."+k] = v
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	env = map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	for k, v := range vars {
 		if strings.HasPrefix(k, "NOMAD_") {
 			env[k] = v
@@ -661,7 +679,7 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
 		return nil, nil, fmt.Errorf("task %q: %w", t.Name, err)
 	}
-	vars, env := a.env(t, a.taskPaths(drv, t))
+	vars, env := a.env(t, drv)
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,

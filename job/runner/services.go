@@ -91,7 +91,7 @@ func (a *allocRun) serviceVars(t *jobspec.Task) map[string]string {
 	if tt == nil {
 		tt = &jobspec.Task{}
 	}
-	vars, _ := a.env(tt, driver.TaskPaths{})
+	vars, _ := a.env(tt, nil)
 	vars["JOB"], vars["TASKGROUP"], vars["TASK"] = a.job.ID, a.group.Name, tt.Name
 	vars["BASE"] = a.job.ID + "-" + a.group.Name + "-" + tt.Name
 	return vars

@@ -19,16 +19,31 @@ import (
 //	<alloc dir>/alloc/data/      for the tasks' data
 //	<alloc dir>/alloc/tmp/
 //	<alloc dir>/<task>/          the task's working directory
-//	<alloc dir>/<task>/local/    its own files, artifacts, payload (NOMAD_TASK_DIR)
+//	<alloc dir>/<task>/local/    0777, its own files, artifacts, payload (NOMAD_TASK_DIR)
 //	<alloc dir>/<task>/secrets/  0700 (NOMAD_SECRETS_DIR)
 //	<alloc dir>/<task>/tmp/
 //	<alloc dir>/<task>.stdout, .stderr   its logs
 //
 // Nothing in it is mounted: removing the directory removes all of it.
 
-// sharedMode is Nomad's mode for the shared dirs: any task user may
-// create files there, and only remove its own.
+// sharedMode is the shared dirs' mode: any task user may create files
+// there, as in Nomad (0777), and, unlike Nomad, only remove its own (the
+// sticky bit; node/parity/testdata/expected-differences.txt).
 const sharedMode = 0o777 | os.ModeSticky
+
+// Modes of a task's own dirs. local/ is Nomad's 0777: whatever user the
+// task runs as may write there (the allocation dir, 0750 root, keeps
+// everyone else out). The task dir stays 0755 and secrets/ 0700 (owned by
+// the task's user): a task must not replace the dirs berth writes its
+// templates and payload into, nor others read its secrets.
+const (
+	taskDirMode  = 0o755
+	localDirMode = 0o777
+	secretsMode  = 0o700
+)
+
+// payloadMode is Nomad's mode for a dispatch payload file.
+const payloadMode = 0o755
 
 // makeAllocDirs creates the shared part of the allocation directory.
 func (a *allocRun) makeAllocDirs() error {
@@ -52,9 +67,9 @@ func (a *allocRun) makeTaskDir(t *jobspec.Task) (string, error) {
 		path string
 		mode os.FileMode
 	}{
-		{td, 0o755},
-		{filepath.Join(td, "local"), 0o755},
-		{filepath.Join(td, "secrets"), 0o700},
+		{td, taskDirMode},
+		{filepath.Join(td, "local"), localDirMode},
+		{filepath.Join(td, "secrets"), secretsMode},
 		{filepath.Join(td, "tmp"), sharedMode},
 	} {
 		if err := mkdirMode(d.path, d.mode); err != nil {
@@ -182,7 +197,7 @@ func (a *allocRun) writePayload(taskDir, rel string) error {
 	if err := mkdirAllUnder(a.dir, filepath.Dir(p)); err != nil {
 		return err
 	}
-	return writeFileNoFollow(p, a.job.Payload, 0o644)
+	return writeFileNoFollow(p, a.job.Payload, payloadMode)
 }
 
 // setupTask completes the driver's task with what the job file says of

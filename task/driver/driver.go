@@ -134,6 +134,12 @@ type PathMapper interface {
 	TaskPaths() TaskPaths
 }
 
+// CgroupParenter is a driver whose tasks run in cgroups under one parent:
+// CgroupParent is that parent as the task's NOMAD_PARENT_CGROUP names it.
+type CgroupParenter interface {
+	CgroupParent() string
+}
+
 // ExitResult is how a task ended.
 type ExitResult struct {
 	ExitCode   int

@@ -417,6 +417,11 @@ func (d *Driver) checkHandle(h store.TaskHandle) error {
 	return nil
 }
 
+// CgroupParent implements driver.CgroupParenter: the parent of the tasks'
+// cgroups as a path from the root of each hierarchy ("/berth"; Nomad's is
+// "/nomad" on cgroup v1).
+func (d *Driver) CgroupParent() string { return "/" + d.cgroupParent }
+
 // TaskPaths implements driver.PathMapper: an exec task sees its
 // directories where its root has them (/alloc, /local, /secrets), so that
 // `command = "${NOMAD_TASK_DIR}/run.sh"` is resolved inside that root, as

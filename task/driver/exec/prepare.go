@@ -332,7 +332,9 @@ func (l *launch) makeDirs() error {
 	}{
 		{driver.SharedDir(l.allocDir), 0o777 | os.ModeSticky, false},
 		{l.taskDir, 0o755, false},
-		{filepath.Join(l.taskDir, "local"), 0o755, true},
+		// Nomad's modes for local/ (any task user writes there); the
+		// runner makes the dirs with the same (job/runner/taskdir.go).
+		{filepath.Join(l.taskDir, "local"), 0o777, true},
 		{filepath.Join(l.taskDir, "secrets"), 0o700, true},
 		{filepath.Join(l.taskDir, "tmp"), 0o777 | os.ModeSticky, false},
 	}

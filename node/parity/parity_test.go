@@ -1,0 +1,380 @@
+// Package parity_test is the parity suite: the job files in testdata make
+// their tasks print the world they see (environment, identity,
+// capabilities, directories) as key=value lines; each file runs unchanged
+// on the real Nomad 1.6.5 (nomadtest) and on berth (`berth run`), the two
+// outputs are normalised (allocation IDs, data dirs, dispatch IDs) and
+// compared fact by fact. A difference fails the suite unless
+// testdata/expected-differences.txt lists it with its reason; a listed
+// difference that no longer occurs fails it too, so that the file says
+// what is true today.
+package parity_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/node/nomad/nomadtest"
+)
+
+// berthBinary is the berth binary TestMain builds from this checkout (node
+// may not import cli: berth runs as a process, as an operator runs it).
+var berthBinary testenv.Berth
+
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithBerth(m, &berthBinary)) }
+
+// Subnets of this suite (bridge mode is never used by its job files; the
+// subnets are set so that nothing takes another test's default).
+const (
+	berthSubnet = "10.199.84.0/24"
+	nomadSubnet = "10.199.85.0/24"
+)
+
+// agentEnv is set in the environment of both agents (the test's, which
+// Nomad and berth inherit): what a task inherits of its agent's
+// environment, and which secrets it must not see.
+var agentEnv = map[string]string{
+	"PARITY_PLAIN":          "plain value",
+	"VAULT_TOKEN":           "parity-vault-token",
+	"CONSUL_HTTP_TOKEN":     "parity-consul-token",
+	"AWS_ACCESS_KEY_ID":     "parity-aws-key-id",
+	"AWS_SECRET_ACCESS_KEY": "parity-aws-secret",
+	"NOMAD_TOKEN":           "parity-nomad-token",
+	"BERTH_TOKEN":           "parity-berth-token",
+}
+
+// A jobCase is one job file run on both; a parameterized one is
+// dispatched with meta and payload.
+type jobCase struct {
+	name, file, job string
+	meta            []string // K=V, for a dispatch
+	payload         string   // testdata file, for a dispatch
+}
+
+var cases = []jobCase{
+	{name: "world", file: "world.nomad.hcl", job: "parity-world"},
+	{name: "dispatch", file: "dispatch.nomad.hcl", job: "parity-dispatch", meta: []string{"greeting=hello"}, payload: "payload.txt"},
+}
+
+// facts are one task's normalised key=value lines.
+type facts map[string]string
+
+// output is what one system printed: facts by task name, per case.
+type output map[string]map[string]facts
+
+func TestParity(t *testing.T) {
+	testenv.RequireRoot(t)
+	nomadtest.Binary(t)
+	start := time.Now()
+	accepted, err := readExpected("testdata/expected-differences.txt")
+	testenv.Must(t, err)
+	for k, v := range agentEnv {
+		t.Setenv(k, v)
+	}
+
+	// berth's runs go on while Nomad starts and runs its copies.
+	bin := berthBinary.Path(t)
+	var berthOut output
+	var berthErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		berthOut, berthErr = runBerth(t, bin)
+	}()
+
+	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet})
+	// memory_max is honoured only with oversubscription on (off by
+	// default): without it Nomad drops the value and sets no
+	// NOMAD_MEMORY_MAX_LIMIT.
+	if _, err := a.Nomad("operator", "scheduler", "set-config", "-memory-oversubscription=true"); err != nil {
+		t.Fatal(err)
+	}
+	nomadOut, nomadErr := runNomad(t, a)
+	wg.Wait()
+	if berthErr != nil || nomadErr != nil {
+		t.Fatalf("berth: %v\nnomad: %v", berthErr, nomadErr)
+	}
+
+	res := compare(nomadOut, berthOut, accepted)
+	for _, d := range res.unexpected {
+		t.Errorf("unexpected difference (fix berth, or list it with its reason in testdata/expected-differences.txt):\n\t%s\tnomad=%q berth=%q", d.fact, d.nomad, d.berth)
+	}
+	for _, p := range res.stale {
+		t.Errorf("testdata/expected-differences.txt: %q matches no difference any more: remove its line", p)
+	}
+	t.Logf("parity: %d of %d facts agree (%.1f %%); %d accepted differences, %d unexpected; %s",
+		res.equal, res.total, 100*float64(res.equal)/float64(max(res.total, 1)), len(res.accepted), len(res.unexpected), time.Since(start).Round(time.Second))
+	if testing.Verbose() {
+		for _, d := range res.accepted {
+			t.Logf("accepted: %s nomad=%q berth=%q", d.fact, d.nomad, d.berth)
+		}
+	}
+}
+
+// runBerth runs every case with `berth run` (one run at a time, each with
+// its own data dir) and reads each task's stdout from its allocation dir.
+// It runs in its own goroutine: it returns errors, never fails t.
+func runBerth(t *testing.T, bin string) (output, error) {
+	bridge, iface := "btpar-"+testenv.RandSuffix(4), "btpar"+testenv.RandSuffix(4)
+	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(bridge, iface) })
+	out := output{}
+	for _, c := range cases {
+		dataDir := filepath.Join(t.TempDir(), "data")
+		args := []string{"run", "--max-runs", "1", "--data-dir", dataDir, "--lock-dir", t.TempDir(),
+			"--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins,
+			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet}
+		for _, m := range c.meta {
+			args = append(args, "-meta", m)
+		}
+		if c.payload != "" {
+			args = append(args, "--payload", filepath.Join("testdata", c.payload))
+		}
+		args = append(args, filepath.Join("testdata", c.file))
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("berth %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		allocs, err := os.ReadDir(filepath.Join(dataDir, "alloc"))
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", c.name, err)
+		}
+		out[c.name] = map[string]facts{}
+		for _, al := range allocs {
+			logs, _ := filepath.Glob(filepath.Join(dataDir, "alloc", al.Name(), "*.stdout"))
+			for _, l := range logs {
+				b, err := os.ReadFile(l)
+				if err != nil {
+					return nil, err
+				}
+				task := strings.TrimSuffix(filepath.Base(l), ".stdout")
+				out[c.name][task] = parse(b, dataDir)
+			}
+		}
+	}
+	return out, nil
+}
+
+var dispatchedRE = regexp.MustCompile(`Dispatched Job ID = (\S+)`)
+
+// nomadAlloc is an allocation as this suite reads it.
+type nomadAlloc struct {
+	ID, ClientStatus string
+	TaskStates       map[string]struct{ State string }
+}
+
+// runNomad submits every case at once (Nomad runs them side by side; an
+// exec task's chroot takes it most of a minute to build), waits for their
+// allocations to end and reads each task's stdout with `nomad alloc logs`.
+func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
+	jobs := map[string]string{}
+	for _, c := range cases {
+		if _, err := a.Nomad("job", "run", "-detach", filepath.Join("testdata", c.file)); err != nil {
+			return nil, err
+		}
+		id := c.job
+		if c.payload != "" {
+			args := []string{"job", "dispatch", "-detach"}
+			for _, m := range c.meta {
+				args = append(args, "-meta", m)
+			}
+			out, err := a.Nomad(append(args, id, filepath.Join("testdata", c.payload))...)
+			if err != nil {
+				return nil, err
+			}
+			m := dispatchedRE.FindStringSubmatch(out)
+			if m == nil {
+				return nil, fmt.Errorf("nomad job dispatch %s: no job ID in %q", id, out)
+			}
+			id = m[1]
+		}
+		jobs[c.name] = id
+	}
+	out := output{}
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, c := range cases {
+		id := jobs[c.name]
+		var allocs []nomadAlloc
+		for {
+			allocs = nil
+			if err := a.Get("/v1/job/"+urlPath(id)+"/allocations", &allocs); err != nil {
+				return nil, err
+			}
+			done := len(allocs) > 0
+			for _, al := range allocs {
+				if al.ClientStatus != "complete" && al.ClientStatus != "failed" {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("nomad: job %s not done after 3 minutes: %+v", id, allocs)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		out[c.name] = map[string]facts{}
+		for _, al := range allocs {
+			for task := range al.TaskStates {
+				logs, err := a.Nomad("alloc", "logs", al.ID, task)
+				if err != nil {
+					return nil, err
+				}
+				out[c.name][task] = parse([]byte(logs), a.DataDir)
+			}
+		}
+	}
+	return out, nil
+}
+
+func urlPath(id string) string { return strings.ReplaceAll(id, "/", "%2F") }
+
+var (
+	uuidRE     = regexp.MustCompile(`[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}`)
+	dispatchRE = regexp.MustCompile(`/dispatch-[0-9]+-[0-9a-f]{8}`)
+)
+
+// parse reads key=value lines and normalises their values: the data dir,
+// the allocation's ID (and its short form) and a dispatched job's suffix
+// are what differ between two runs of the same job anywhere.
+func parse(b []byte, dataDir string) facts {
+	f := facts{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if ok && k != "" {
+			f[k] = v
+		}
+	}
+	allocID := f["env.NOMAD_ALLOC_ID"]
+	norm := func(s string) string {
+		s = strings.ReplaceAll(s, dataDir, "<data>")
+		if allocID != "" {
+			s = strings.ReplaceAll(s, allocID, "<alloc-id>")
+			s = strings.ReplaceAll(s, allocID[:8], "<alloc-short>")
+		}
+		s = uuidRE.ReplaceAllString(s, "<uuid>")
+		return dispatchRE.ReplaceAllString(s, "/dispatch-<time>-<rand>")
+	}
+	out := make(facts, len(f))
+	for k, v := range f {
+		// Keys too: a listed file may be named after an ID.
+		out[norm(k)] = norm(v)
+	}
+	return out
+}
+
+// An expectation is a line of expected-differences.txt: a fact (or, with
+// a trailing *, every fact it begins) and why berth differs there.
+type expectation struct {
+	pattern, reason string
+}
+
+func (e expectation) matches(fact string) bool {
+	if p, ok := strings.CutSuffix(e.pattern, "*"); ok {
+		return strings.HasPrefix(fact, p)
+	}
+	return fact == e.pattern
+}
+
+func readExpected(path string) ([]expectation, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []expectation
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		pattern, reason, _ := strings.Cut(line, " ")
+		if reason = strings.TrimSpace(reason); reason == "" {
+			return nil, fmt.Errorf("%s:%d: %q has no reason", path, i+1, pattern)
+		}
+		out = append(out, expectation{pattern, reason})
+	}
+	return out, nil
+}
+
+// A difference is one fact whose normalised values differ ("<absent>"
+// where one side has none).
+type difference struct{ fact, nomad, berth string }
+
+type result struct {
+	total, equal         int
+	accepted, unexpected []difference
+	stale                []string
+}
+
+const absent = "<absent>"
+
+// compare compares fact by fact: every fact either side has, named
+// <case>/<task>/<key>.
+func compare(nomad, berth output, accepted []expectation) result {
+	all := map[string][2]string{}
+	add := func(o output, side int) {
+		for c, tasks := range o {
+			for task, fs := range tasks {
+				for k, v := range fs {
+					name := c + "/" + task + "/" + k
+					pair, ok := all[name]
+					if !ok {
+						pair = [2]string{absent, absent}
+					}
+					pair[side] = v
+					all[name] = pair
+				}
+			}
+		}
+	}
+	add(nomad, 0)
+	add(berth, 1)
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var r result
+	used := map[string]bool{}
+	for _, n := range names {
+		pair := all[n]
+		r.total++
+		if pair[0] == pair[1] {
+			r.equal++
+			continue
+		}
+		d := difference{n, pair[0], pair[1]}
+		listed := false
+		for _, e := range accepted {
+			if e.matches(n) {
+				listed, used[e.pattern] = true, true
+			}
+		}
+		if listed {
+			r.accepted = append(r.accepted, d)
+		} else {
+			r.unexpected = append(r.unexpected, d)
+		}
+	}
+	for _, e := range accepted {
+		if !used[e.pattern] {
+			r.stale = append(r.stale, e.pattern)
+		}
+	}
+	return r
+}
