@@ -19,6 +19,8 @@ import (
 
 // Event types of re-adoption.
 const (
+	// EventClaimed: a new agent took the allocation over from a dead one.
+	EventClaimed = "Claimed"
 	// EventReattached: a task the last agent started is supervised again.
 	EventReattached = "Re-attached"
 	// EventNotReattached: a task could not be proven to be the recorded
@@ -77,7 +79,7 @@ func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 	// page and the metrics say so meanwhile.
 	a.Status, a.StatusDesc = store.AllocPending, ReadoptingDesc
 	a.Agent = r.o.Agent
-	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: "Claimed", Message: "re-adopted by a new agent"})
+	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: EventClaimed, Message: "re-adopted by a new agent"})
 	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
 		return fmt.Errorf("claim allocation %s: %w", a.ID, err)
 	}
