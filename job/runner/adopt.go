@@ -49,6 +49,9 @@ const (
 	// while no agent ran and how it ended cannot be known: it is not run
 	// again.
 	EventExitUnknown = "Exit Unknown"
+	// EventTeardownFailed: the allocation's network could not be torn
+	// down (its record stays, for berth gc or the next agent).
+	EventTeardownFailed = "Teardown failed"
 	// EventStopFinished: a stop an earlier agent was asked (job stop,
 	// alloc stop, drain) and did not finish was finished by this one.
 	EventStopFinished = "Stop Finished"
