@@ -13,8 +13,10 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/fault"
+	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/job/runner"
+	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
 )
 
@@ -46,6 +48,12 @@ const (
 	// startServicePath: startPath for the service: the next agent has it
 	// running with one instance of its task.
 	startServicePath
+	// startLostPath: startPath, and the task's supervisor SIGKILLed while
+	// no agent runs (the task runs on in its cgroup, its exit will never
+	// be known): the next agent removes it and records the batch task
+	// failed, exit unknown, never run again. raw_exec and exec only (a
+	// container's exit is always known to podman).
+	startLostPath
 )
 
 // Restore events (job/runner) the crash rows expect of the next agent.
@@ -55,18 +63,19 @@ const (
 	evAdopted    = runner.EventAdopted
 	evRemoved    = runner.EventRemovedUnrecorded
 	evStopped    = runner.EventStopFinished
+	evUnknown    = runner.EventExitUnknown
 )
 
 // crashSchedule is every crash point of the start, restore and stop
 // paths. want are the event types the next agent must record on the
 // allocation (after its Claimed), each also counted in
 // berth_restore_actions_total (Claimed aside); only restricts a row to
-// one driver (a point only it has).
+// one driver (a point only it has), skip leaves one out.
 var crashSchedule = []struct {
-	point string
-	path  crashPath
-	want  []string
-	only  string
+	point      string
+	path       crashPath
+	want       []string
+	only, skip string
 }{
 	{point: fault.BeforeAllocSetup, path: startPath, want: []string{evClaimed}},
 	{point: fault.AfterNetns, path: startPath, want: []string{evClaimed}},
@@ -74,6 +83,7 @@ var crashSchedule = []struct {
 	{point: fault.AfterContainerCreate, path: startPath, want: []string{evClaimed, evRemoved}, only: "podman"},
 	{point: fault.TaskStarted, path: startPath, want: []string{evClaimed, evAdopted}},
 	{point: fault.TaskStarted, path: startServicePath, want: []string{evClaimed, evAdopted}},
+	{point: fault.TaskStarted, path: startLostPath, want: []string{evClaimed, evUnknown}, skip: "podman"},
 	{point: fault.TaskRunning, path: startPath, want: []string{evClaimed, evReattached}},
 	{point: fault.AfterClaim, path: restorePath, want: []string{evClaimed, evReattached}},
 	{point: fault.AfterRecover, path: restorePath, want: []string{evClaimed, evReattached}},
@@ -204,13 +214,16 @@ func TestCrashSchedule(t *testing.T) {
 	drivers := signalDrivers(t)
 	for di, drv := range drivers {
 		for _, cp := range crashSchedule {
-			if cp.only != "" && cp.only != drv {
+			if cp.only != "" && cp.only != drv || cp.skip == drv {
 				continue
 			}
 			subnet := fmt.Sprintf("10.199.%d.0/24", 228+di)
 			name := drv + "/" + cp.point
-			if cp.path == startServicePath {
+			switch cp.path {
+			case startServicePath:
 				name += "/service"
+			case startLostPath:
+				name += "/supervisor-killed"
 			}
 			t.Run(name, func(t *testing.T) {
 				start := time.Now()
@@ -291,7 +304,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		testenv.Must(t, err)
 		diedAt(t, pa, point)
 		p := e.startBinary(t, cfgPath, c)
-		a := e.batchRanOnce(t, c)
+		a := e.batchRanOnce(t, c, api.AllocComplete)
 		for _, ev := range a.Events {
 			switch ev.Type {
 			case "Network Checked", "Network Check Failed", "Network Healed", "Not Re-attached":
@@ -312,7 +325,19 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		diedAt(t, pa, point)
 		p := e.startBinary(t, cfgPath, c)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
-		e.batchRanOnce(t, c)
+		e.batchRanOnce(t, c, api.AllocComplete)
+		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
+		assertRestore(t, c, batchJob, point, want)
+		e.stopAndDrain(t, c, p, []string{batchJob}, before)
+
+	case startLostPath:
+		pa := e.startArmed(t, cfgPath, c, point, true)
+		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, twiceJob(drv, 3))), "twice.hcl")
+		testenv.Must(t, err)
+		diedAt(t, pa, point)
+		e.killBatchSupervisor(t)
+		p := e.startBinary(t, cfgPath, c)
+		e.batchRanOnce(t, c, api.AllocFailed)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
 		assertRestore(t, c, batchJob, point, want)
 		e.stopAndDrain(t, c, p, []string{batchJob}, before)
@@ -345,18 +370,18 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 // batchJob is twiceJob's name.
 const batchJob = "bcs-twice"
 
-// batchRanOnce waits until twiceJob's one allocation is recorded
-// complete and checks that its task ran exactly once; it returns the
+// batchRanOnce waits until twiceJob's one allocation is recorded with
+// status and checks that its task ran exactly once; it returns the
 // allocation.
-func (e *testEnv) batchRanOnce(t *testing.T, c *api.Client) *api.Allocation {
+func (e *testEnv) batchRanOnce(t *testing.T, c *api.Client, status string) *api.Allocation {
 	t.Helper()
 	var l []api.AllocStub
 	waitUntil(time.Minute, func() bool {
 		l = allocsOf(t, c, batchJob)
-		return len(l) == 1 && l[0].Status == api.AllocComplete
+		return len(l) == 1 && l[0].Status == status
 	})
-	if len(l) != 1 || l[0].Status != api.AllocComplete {
-		t.Fatalf("the batch allocation is not recorded complete after the restart: %+v", l)
+	if len(l) != 1 || l[0].Status != status {
+		t.Fatalf("the batch allocation is not recorded %s after the restart: %+v", status, l)
 	}
 	a, err := c.Allocation(context.Background(), l[0].ID)
 	testenv.Must(t, err)
@@ -364,6 +389,33 @@ func (e *testEnv) batchRanOnce(t *testing.T, c *api.Client) *api.Allocation {
 		t.Errorf("the batch task ran %d times, want 1; events: %+v", n, a.Events)
 	}
 	return a
+}
+
+// killBatchSupervisor SIGKILLs the supervisor of twiceJob's task while
+// no agent runs (the allocation read from the store).
+func (e *testEnv) killBatchSupervisor(t *testing.T) {
+	t.Helper()
+	ctx := testenv.Context(t, time.Minute)
+	st, err := store.Open(ctx, e.cfg.DataDir, store.Options{})
+	testenv.Must(t, err)
+	live, err := st.ListAllocations(ctx, store.AllocFilter{NonTerminal: true})
+	st.Close()
+	testenv.Must(t, err)
+	killed := 0
+	for _, a := range live {
+		if a.JobID != batchJob {
+			continue
+		}
+		for _, pid := range supervisorsOf(a.ID, "t") {
+			if err := proc.KillIfSame(pid, startOf(pid), syscall.SIGKILL); err != nil {
+				t.Fatalf("kill supervisor %d: %v", pid, err)
+			}
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d supervisors of %s's task, want 1: %+v", killed, batchJob, live)
+	}
 }
 
 // restoreActions are the event types a new agent records of what it

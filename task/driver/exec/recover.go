@@ -180,7 +180,8 @@ var _ driver.Finder = (*Driver)(nil)
 // and the cgroup, /proc its start time and the task's PID, so that the
 // handle is the one Start would have returned. A second supervisor of the
 // task, one that cannot be adopted, and a task cgroup no adopted
-// supervisor owns are removed; when what was removed ran, the error wraps
+// supervisor owns are removed; when what was removed ran (or may have: a
+// cgroup left without its supervisor or a status), the error wraps
 // driver.ErrExitUnknown. A task that already ended left its status file
 // in req.AllocDir: it is re-attached from it (Recover), so that its exit
 // is recorded and it is not run again.
@@ -226,10 +227,11 @@ func (d *Driver) Find(ctx context.Context, req driver.FindRequest) (driver.Handl
 				continue // the adopted task's own
 			}
 			l := driver.Leftover{Driver: d.name, StoreID: d.storeID, Kind: KindCgroup, ID: path, AllocID: req.AllocID, Task: req.Task}
-			if procs, _ := cgroup.At(d.hierarchies(), path).Procs(); len(procs) > 0 {
-				// Its supervisor killed, the task ran on.
-				lost = append(lost, fmt.Sprintf("cgroup %s (%d processes, no supervisor)", path, len(procs)))
-			}
+			// Made by Start for the task, its supervisor gone without a
+			// status (killed; the task may run on in it): the task ran,
+			// or may have, and how it ended is lost.
+			procs, _ := cgroup.At(d.hierarchies(), path).Procs()
+			lost = append(lost, fmt.Sprintf("cgroup %s (%d processes, no supervisor)", path, len(procs)))
 			if err := d.RemoveLeftover(ctx, l); err != nil {
 				return h, removed, err
 			}
