@@ -539,7 +539,10 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		}
 		handles[i] = nil
 		a.setTask(i, func(ts *store.TaskState) {
-			ts.State, ts.Handle = "pending", nil
+			// FinishedAt: the status file the stopped attempt left is
+			// not an unrecorded task's for the next agent's Find (it
+			// would take the stop for the task's exit).
+			ts.State, ts.Handle, ts.FinishedAt = "pending", nil, a.now()
 			ts.Restarts++
 		})
 	}

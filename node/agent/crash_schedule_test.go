@@ -58,23 +58,27 @@ const (
 
 // Restore events (job/runner) the crash rows expect of the next agent.
 const (
-	evClaimed    = runner.EventClaimed
-	evReattached = runner.EventReattached
-	evAdopted    = runner.EventAdopted
-	evRemoved    = runner.EventRemovedUnrecorded
-	evStopped    = runner.EventStopFinished
-	evUnknown    = runner.EventExitUnknown
+	evClaimed     = runner.EventClaimed
+	evReattached  = runner.EventReattached
+	evAdopted     = runner.EventAdopted
+	evRemoved     = runner.EventRemovedUnrecorded
+	evStopped     = runner.EventStopFinished
+	evUnknown     = runner.EventExitUnknown
+	evExit        = runner.EventExitRecorded
+	evCheckFailed = runner.EventCheckFailed
+	evHealed      = runner.EventHealed
 )
 
 // crashSchedule is every crash point of the start, restore and stop
 // paths. want are the event types the next agent must record on the
 // allocation (after its Claimed), each also counted in
-// berth_restore_actions_total (Claimed aside); only restricts a row to
-// one driver (a point only it has), skip leaves one out.
+// berth_restore_actions_total (Claimed aside), and none of not; only
+// restricts a row to one driver (a point only it has), skip leaves one
+// out.
 var crashSchedule = []struct {
 	point      string
 	path       crashPath
-	want       []string
+	want, not  []string
 	only, skip string
 }{
 	{point: fault.BeforeAllocSetup, path: startPath, want: []string{evClaimed}},
@@ -88,14 +92,18 @@ var crashSchedule = []struct {
 	{point: fault.AfterClaim, path: restorePath, want: []string{evClaimed, evReattached}},
 	{point: fault.AfterRecover, path: restorePath, want: []string{evClaimed, evReattached}},
 	{point: fault.AfterCheck, path: restorePath, want: []string{evClaimed, evReattached}},
-	{point: fault.HealTasksStopped, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.AfterDel, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.DuringRemove, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.AfterNetns, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.AfterAdd, path: healPath, want: []string{evClaimed}},
-	{point: fault.Healed, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.TaskStarted, path: healPath, want: []string{evClaimed}},
-	{point: fault.HealScope + "/" + fault.TaskRunning, path: healPath, want: []string{evClaimed}},
+	// Died healing before the heal was recorded: the next agent heals.
+	{point: fault.HealTasksStopped, path: healPath, want: []string{evClaimed, evCheckFailed, evHealed}},
+	{point: fault.HealScope + "/" + fault.AfterDel, path: healPath, want: []string{evClaimed, evCheckFailed, evHealed}},
+	{point: fault.HealScope + "/" + fault.DuringRemove, path: healPath, want: []string{evClaimed, evCheckFailed, evHealed}},
+	{point: fault.HealScope + "/" + fault.AfterNetns, path: healPath, want: []string{evClaimed, evCheckFailed, evHealed}},
+	{point: fault.HealScope + "/" + fault.AfterAdd, path: healPath, want: []string{evClaimed, evCheckFailed, evHealed}},
+	// Healed and recorded, the tasks not restarted: they start (the
+	// status files of the attempts stopped for the heal are not taken
+	// for unrecorded tasks' exits).
+	{point: fault.Healed, path: healPath, want: []string{evClaimed}, not: []string{evAdopted}},
+	{point: fault.HealScope + "/" + fault.TaskStarted, path: healPath, want: []string{evClaimed, evAdopted}},
+	{point: fault.HealScope + "/" + fault.TaskRunning, path: healPath, want: []string{evClaimed, evReattached}},
 	{point: fault.StopRequested, path: stopPath, want: []string{evClaimed, evStopped}},
 	{point: fault.TaskExited, path: stopPath, want: []string{evClaimed, evStopped}},
 	{point: fault.TaskExitRecorded, path: stopPath, want: []string{evClaimed, evStopped}},
@@ -107,8 +115,8 @@ var crashSchedule = []struct {
 	{point: fault.AfterRecordTerminal, path: stopPath},
 	{point: fault.DrainRequested, path: drainPath, want: []string{evClaimed, evStopped}},
 	{point: fault.DrainStopped, path: drainPath},
-	{point: fault.AfterTasksDone, path: finishedPath, want: []string{evClaimed}},
-	{point: fault.MidDelPrefix + "portmap", path: finishedPath, want: []string{evClaimed}},
+	{point: fault.AfterTasksDone, path: finishedPath, want: []string{evClaimed, evExit}},
+	{point: fault.MidDelPrefix + "portmap", path: finishedPath, want: []string{evClaimed, evExit}},
 }
 
 // twiceJob is a one-task batch job in the test network whose task counts
@@ -228,13 +236,13 @@ func TestCrashSchedule(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				start := time.Now()
 				defer func() { t.Logf("%s: %.1fs", name, time.Since(start).Seconds()) }()
-				crashCase(t, drv, subnet, cp.point, cp.path, cp.want)
+				crashCase(t, drv, subnet, cp.point, cp.path, cp.want, cp.not)
 			})
 		}
 	}
 }
 
-func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []string) {
+func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want, not []string) {
 	e := newTestEnv(t, subnet)
 	before := hostSnapshot(t)
 	c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
@@ -268,7 +276,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		if l := allocsOf(t, c, job); countStatus(l, api.AllocRunning) != 1 {
 			t.Errorf("after the restart the service has %d running allocations, want 1: %+v", countStatus(l, api.AllocRunning), l)
 		}
-		assertRestore(t, c, job, point, want)
+		assertRestore(t, c, job, point, want, not)
 		e.stopAndDrain(t, c, p, opts.jobs, before)
 
 	case stopPath:
@@ -292,7 +300,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		if !stopped {
 			t.Errorf("the job stop did not survive the agent's death at %s: the next agent runs it again: %+v", point, allocsOf(t, c, job))
 		}
-		assertRestore(t, c, job, point, want)
+		assertRestore(t, c, job, point, want, not)
 		e.stopAndDrain(t, c, p, opts.jobs, before)
 
 	case finishedPath:
@@ -312,7 +320,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 			}
 		}
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
-		assertRestore(t, c, batchJob, point, want)
+		assertRestore(t, c, batchJob, point, want, not)
 		e.stopAndDrain(t, c, p, []string{batchJob}, before)
 
 	case startPath:
@@ -327,7 +335,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
 		e.batchRanOnce(t, c, api.AllocComplete)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
-		assertRestore(t, c, batchJob, point, want)
+		assertRestore(t, c, batchJob, point, want, not)
 		e.stopAndDrain(t, c, p, []string{batchJob}, before)
 
 	case startLostPath:
@@ -339,7 +347,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		p := e.startBinary(t, cfgPath, c)
 		e.batchRanOnce(t, c, api.AllocFailed)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{batchJob}}, time.Minute)
-		assertRestore(t, c, batchJob, point, want)
+		assertRestore(t, c, batchJob, point, want, not)
 		e.stopAndDrain(t, c, p, []string{batchJob}, before)
 
 	case startServicePath:
@@ -352,7 +360,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		if l := allocsOf(t, c, job); countStatus(l, api.AllocRunning) != 1 {
 			t.Errorf("after the restart the service has %d running allocations, want 1: %+v", countStatus(l, api.AllocRunning), l)
 		}
-		assertRestore(t, c, job, point, want)
+		assertRestore(t, c, job, point, want, not)
 		e.stopAndDrain(t, c, p, opts.jobs, before)
 
 	case drainPath:
@@ -362,7 +370,7 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want []s
 		diedAt(t, pa, point)
 		p := e.startBinary(t, cfgPath, c)
 		e.waitInvariants(t, c, p.cmd.Process.Pid, opts, time.Minute)
-		assertRestore(t, c, job, point, want)
+		assertRestore(t, c, job, point, want, not)
 		e.stopAndDrain(t, c, p, opts.jobs, before)
 	}
 }
@@ -432,8 +440,8 @@ var restoreActions = map[string]bool{
 // point found and did is visible: the job's allocations have, after the
 // new agent's Claimed event, each event type of want (waiting for them a
 // while), and every restore action among their events is counted in the
-// live agent's berth_restore_actions_total.
-func assertRestore(t *testing.T, c *api.Client, job, point string, want []string) {
+// live agent's berth_restore_actions_total; none of not is recorded.
+func assertRestore(t *testing.T, c *api.Client, job, point string, want, not []string) {
 	t.Helper()
 	ctx := testenv.Context(t, time.Minute)
 	var got map[string][]string // type -> messages, after the last Claimed
@@ -473,6 +481,11 @@ func assertRestore(t *testing.T, c *api.Client, job, point string, want []string
 	waitUntil(30*time.Second, func() bool { m = missing(); return len(m) == 0 })
 	if len(m) > 0 {
 		t.Errorf("after the death at %s the allocations of %s lack the restore event(s) %v; the new agent recorded %v", point, job, m, got)
+	}
+	for _, n := range not {
+		if len(got[n]) > 0 {
+			t.Errorf("after the death at %s the new agent recorded %s: %v", point, n, got[n])
+		}
 	}
 	if len(want) == 0 && len(got) > 0 {
 		t.Logf("after the death at %s (nothing expected) the new agent recorded %v", point, got)
