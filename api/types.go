@@ -111,7 +111,9 @@ type DrainResponse struct {
 	PID      int  `json:"pid"`
 	// With ?wait=true the answer comes once the drain is done: Done is
 	// set, Stopped are the allocations it ended and Left those it could
-	// not (each with its status); the process exits right after.
+	// not end, or ended with something of them left on the host (a
+	// network whose teardown failed, a task not destroyed), each with its
+	// status and Why; the process exits right after.
 	Done    bool           `json:"done,omitempty"`
 	Stopped []DrainedAlloc `json:"stopped,omitempty"`
 	Left    []DrainedAlloc `json:"left,omitempty"`
@@ -122,6 +124,9 @@ type DrainedAlloc struct {
 	ID     string `json:"id"`
 	JobID  string `json:"job_id"`
 	Status string `json:"status"`
+	// Why says, for one left, what of it is still there and why (its
+	// teardown's error): the next agent or berth gc finishes it.
+	Why string `json:"why,omitempty"`
 }
 
 // AgentSelf is GET /v1/agent/self.

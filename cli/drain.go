@@ -28,7 +28,10 @@ func newAgentDrainCmd(g *Globals) *cobra.Command {
 kill_timeout, every network torn down, then the agent exits 0. Without it, a
 SIGTERM or SIGINT (systemctl stop) leaves the workloads running for the next
 agent on the data dir, which re-adopts them; drain_on_shutdown = true makes
-SIGTERM drain too. The command waits until the agent is gone (--wait).`,
+SIGTERM drain too. The command waits until the agent is gone (--wait). It
+lists what it stopped, and exits non-zero naming each allocation it could
+not fully stop (LEFT: its network teardown failed, a task not destroyed):
+the next agent or berth gc finishes those.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -58,7 +61,7 @@ SIGTERM drain too. The command waits until the agent is gone (--wait).`,
 						fmt.Fprintf(g.stdout, "  stopped %s (job %s): %s\n", al.ID, al.JobID, al.Status)
 					}
 					for _, al := range resp.Left {
-						fmt.Fprintf(g.stdout, "  NOT stopped %s (job %s): %s\n", al.ID, al.JobID, al.Status)
+						fmt.Fprintf(g.stdout, "  LEFT %s (job %s): %s: %s\n", al.ID, al.JobID, al.Status, leftWhy(al))
 					}
 				} else {
 					fmt.Fprintf(g.stdout, "agent (pid %d) draining: stopping %d job(s)\n", resp.PID, resp.Jobs)
@@ -73,10 +76,21 @@ SIGTERM drain too. The command waits until the agent is gone (--wait).`,
 				return fmt.Errorf("agent (pid %d) still runs after %s: %w (it may still be stopping tasks with long kill_timeouts; see its log)", resp.PID, wait, err)
 			}
 			if g.JSON {
-				return g.PrintJSON(resp)
+				if err := g.PrintJSON(resp); err != nil {
+					return err
+				}
 			}
 			if len(resp.Left) > 0 {
-				return fmt.Errorf("the agent exited, but %d allocation(s) were not stopped (see its log; the next agent or berth gc finishes them)", len(resp.Left))
+				// Non-zero: an operator (or a script) must not take the
+				// host for clean.
+				var whys []string
+				for _, al := range resp.Left {
+					whys = append(whys, fmt.Sprintf("%s (job %s): %s", al.ID, al.JobID, leftWhy(al)))
+				}
+				return fmt.Errorf("the agent exited, but %d allocation(s) were not fully stopped: %s (the next agent or berth gc finishes them)", len(resp.Left), strings.Join(whys, "; "))
+			}
+			if g.JSON {
+				return nil
 			}
 			fmt.Fprintln(g.stdout, "drained: every job stopped, the agent exited")
 			return nil
@@ -85,6 +99,14 @@ SIGTERM drain too. The command waits until the agent is gone (--wait).`,
 	cf.register(cmd)
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "how long to wait for the agent to finish the drain and exit")
 	return cmd
+}
+
+// leftWhy is what a drain left of al (an older agent says nothing).
+func leftWhy(al api.DrainedAlloc) string {
+	if al.Why != "" {
+		return al.Why
+	}
+	return "not stopped (see the agent's log)"
 }
 
 // isBerthAgent reports whether pid is a `berth agent` process.

@@ -72,6 +72,9 @@ const (
 // Failure points: the operation fails with ENOSPC instead of running.
 const (
 	FailPutAllocation = "fail-put-allocation" // store.PutAllocation: no allocation can be recorded
+	// attach.Manager.Teardown: no allocation's network can be torn down
+	// (the record stays, for the next agent or berth gc).
+	FailTeardown = "fail-teardown"
 )
 
 // Fail returns an error wrapping syscall.ENOSPC if BERTH_FAULT names this

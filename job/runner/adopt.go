@@ -19,6 +19,8 @@ import (
 
 // Event types of re-adoption.
 const (
+	// EventClaimed: a new agent took the allocation over from a dead one.
+	EventClaimed = "Claimed"
 	// EventReattached: a task the last agent started is supervised again.
 	EventReattached = "Re-attached"
 	// EventNotReattached: a task could not be proven to be the recorded
@@ -47,6 +49,9 @@ const (
 	// while no agent ran and how it ended cannot be known: it is not run
 	// again.
 	EventExitUnknown = "Exit Unknown"
+	// EventTeardownFailed: the allocation's network could not be torn
+	// down (its record stays, for berth gc or the next agent).
+	EventTeardownFailed = "Teardown failed"
 	// EventStopFinished: a stop an earlier agent was asked (job stop,
 	// alloc stop, drain) and did not finish was finished by this one.
 	EventStopFinished = "Stop Finished"
@@ -77,7 +82,7 @@ func (r *Runner) Claim(ctx context.Context, a *store.Allocation) error {
 	// page and the metrics say so meanwhile.
 	a.Status, a.StatusDesc = store.AllocPending, ReadoptingDesc
 	a.Agent = r.o.Agent
-	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: "Claimed", Message: "re-adopted by a new agent"})
+	a.Events = append(a.Events, store.Event{Time: time.Now(), Type: EventClaimed, Message: "re-adopted by a new agent"})
 	if err := r.o.Store.PutAllocation(ctx, a); err != nil {
 		return fmt.Errorf("claim allocation %s: %w", a.ID, err)
 	}
@@ -163,9 +168,18 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 // and cgroup by name, a status file): a task found is adopted (its handle
 // recorded, supervised from here on; one that ended while no agent ran
 // reports its real exit, and is not run again), what cannot be adopted
-// is removed. It returns the adopted handles (nil when none).
+// is removed. A task of a job that runs to completion that had run and
+// could not be adopted (driver.ErrExitUnknown) is recorded dead, its exit
+// unknown, and not run again; a service's starts again. It returns the
+// adopted handles (nil when none and no task was so ended), for the run
+// to supervise.
 func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 	var found []driver.Handle
+	mark := func() {
+		if found == nil {
+			found = make([]driver.Handle, len(a.alloc.Tasks))
+		}
+	}
 	for i := range a.alloc.Tasks {
 		a.mu.Lock()
 		ts := a.alloc.Tasks[i]
@@ -181,8 +195,27 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		if !ok {
 			continue
 		}
-		h, removed, err := f.Find(ctx, a.alloc.ID, ts.Name, a.dir, ts.FinishedAt)
-		if len(removed) > 0 {
+		req := driver.FindRequest{AllocID: a.alloc.ID, Task: ts.Name, AllocDir: a.dir, Since: ts.FinishedAt}
+		if i < len(a.group.Tasks) {
+			if sig, ok := jobspec.SignalNumber(a.group.Tasks[i].KillSignal); ok {
+				req.KillSignal = sig
+			}
+		}
+		h, removed, err := f.Find(ctx, req)
+		switch {
+		case errors.Is(err, driver.ErrExitUnknown) && a.job.RunsToCompletion():
+			// Its work may be done: running it again could do it twice.
+			a.log.Warn("an unrecorded task ran and could not be adopted; its exit cannot be known, not run again", "task", ts.Name, "err", err)
+			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (started by an earlier agent that did not record it): not run again", ts.Name, err))
+			a.setTask(i, func(ts *store.TaskState) {
+				ts.State, ts.Handle, ts.Failed, ts.ExitCode = "dead", nil, true, -1
+			})
+			mark() // the run must see it dead, not start it
+			continue
+		case errors.Is(err, driver.ErrExitUnknown):
+			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: %v; a service: started again", ts.Name, err))
+			continue
+		case len(removed) > 0:
 			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: removed what an earlier agent started and did not record: %s", ts.Name, strings.Join(removed, ", ")))
 		}
 		if err != nil {
@@ -192,9 +225,7 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		if h == nil {
 			continue
 		}
-		if found == nil {
-			found = make([]driver.Handle, len(a.alloc.Tasks))
-		}
+		mark()
 		found[i] = h
 		st := h.State()
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle, ts.StartedAt = "running", &st, a.now() })
@@ -508,7 +539,10 @@ func (a *allocRun) checkNetwork(ctx context.Context, handles []driver.Handle) (s
 		}
 		handles[i] = nil
 		a.setTask(i, func(ts *store.TaskState) {
-			ts.State, ts.Handle = "pending", nil
+			// FinishedAt: the status file the stopped attempt left is
+			// not an unrecorded task's for the next agent's Find (it
+			// would take the stop for the task's exit).
+			ts.State, ts.Handle, ts.FinishedAt = "pending", nil, a.now()
 			ts.Restarts++
 		})
 	}

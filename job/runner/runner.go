@@ -543,7 +543,7 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	}
 	if tdErr != nil {
 		msgs = append(msgs, "network teardown failed (berth gc retries it): "+tdErr.Error())
-		a.eventLocked("Teardown failed", tdErr.Error())
+		a.eventLocked(EventTeardownFailed, tdErr.Error())
 	} else {
 		a.eventLocked("Network removed", "namespace and CNI attachment removed")
 	}

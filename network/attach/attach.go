@@ -623,6 +623,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) (*TeardownReport, err
 	if err := netns.ValidateName(id); err != nil {
 		return nil, fmt.Errorf("attachment ID: %w", err)
 	}
+	if err := fault.Fail(fault.FailTeardown); err != nil {
+		return nil, fmt.Errorf("teardown %s: %w", id, err)
+	}
 	unlock, err := m.lockID(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("teardown %s: %w", id, err)

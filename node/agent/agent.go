@@ -375,7 +375,7 @@ func (a *Agent) drain() {
 			cur = al
 		}
 		d := api.DrainedAlloc{ID: cur.ID, JobID: cur.JobID, Status: string(cur.Status)}
-		if cur.Status.Terminal() {
+		if d.Why = a.drainLeft(ctx, cur); d.Why == "" {
 			rep.Stopped = append(rep.Stopped, d)
 		} else {
 			rep.Left = append(rep.Left, d)
@@ -386,6 +386,31 @@ func (a *Agent) drain() {
 	a.drainReport = rep
 	a.mu.Unlock()
 	fault.Point(fault.DrainStopped)
+}
+
+// drainLeft says what a drain left of allocation al (empty: nothing):
+// not terminal, its network still recorded (its teardown failed), a task
+// still holding a handle (not destroyed).
+func (a *Agent) drainLeft(ctx context.Context, al *store.Allocation) string {
+	var left []string
+	if !al.Status.Terminal() {
+		left = append(left, "still "+string(al.Status))
+	}
+	if _, err := a.node.Store.GetAttachment(ctx, al.ID); err == nil {
+		why := "its network is still there"
+		for _, ev := range al.Events {
+			if ev.Type == runner.EventTeardownFailed {
+				why = "its network teardown failed: " + ev.Message
+			}
+		}
+		left = append(left, why)
+	}
+	for _, ts := range al.Tasks {
+		if ts.Handle != nil {
+			left = append(left, "task "+ts.Name+" not destroyed")
+		}
+	}
+	return strings.Join(left, "; ")
 }
 
 // detach stops launching and lets every run return without stopping

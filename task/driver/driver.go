@@ -22,6 +22,13 @@ var (
 	// re-attached: gone without a recorded exit, another data dir's, a
 	// reused PID, a handle of another driver or of an older berth.
 	ErrNotRecoverable = errors.New("task cannot be re-attached")
+	// ErrExitUnknown is returned by Find for a task an earlier berth
+	// started and did not record that ran (a live supervisor, a cgroup
+	// with processes, a container that started) but could neither be
+	// adopted nor tell how it ended: what was left of it is removed. A
+	// task of a job that runs to completion must not be run again (its
+	// work may be done); a service's may.
+	ErrExitUnknown = errors.New("task ran, and how it ended cannot be known")
 	// ErrUnknownUser is returned for a task user this node does not have.
 	ErrUnknownUser = errors.New("unknown user")
 	// ErrDeniedUser is returned for a task user this node's settings deny.
@@ -222,17 +229,33 @@ type Sweeper interface {
 	RemoveLeftover(ctx context.Context, l Leftover) error
 }
 
+// FindRequest names a task an earlier berth may have started and not
+// recorded, with what an adopted task needs that only the job says.
+type FindRequest struct {
+	AllocID, Task string
+	// AllocDir is the allocation's dir (where a supervisor leaves its
+	// status file); empty: none.
+	AllocDir string
+	// Since: an exit recorded at or before it is an earlier attempt's
+	// (already recorded), not this one's.
+	Since time.Time
+	// KillSignal is what Stop of an adopted task sends first (the job's
+	// kill_signal; 0: SIGTERM), as Task.KillSignal for a started one.
+	KillSignal syscall.Signal
+}
+
 // Finder is a driver that can find a task an earlier berth started and
 // did not record (killed between Start and recording its handle), so that
 // a re-adopted allocation never runs a second of it.
 type Finder interface {
-	// Find returns a Handle for what is left of task of allocID (allocDir
-	// is its allocation dir) as Recover would from a recorded handle: a
-	// running task to supervise, or one that ended after since whose Wait
-	// reports its real exit; nil when nothing of it is found. What it
-	// cannot adopt (a second container, a supervisor it cannot
-	// re-attach) it removes and lists in removed.
-	Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (h Handle, removed []string, err error)
+	// Find returns a Handle for what is left of the task as Recover would
+	// from a recorded handle: a running task to supervise, or one that
+	// ended after req.Since whose Wait reports its real exit; nil when
+	// nothing of it is found. What it cannot adopt (a second instance, a
+	// supervisor it cannot re-attach) it removes and lists in removed;
+	// when that ran and its exit cannot be known, err wraps
+	// ErrExitUnknown.
+	Find(ctx context.Context, req FindRequest) (h Handle, removed []string, err error)
 }
 
 // ConfigWarning is returned by ValidateConfig, alone or inside errors.Join

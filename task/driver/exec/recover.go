@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -173,52 +174,159 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 var _ driver.Finder = (*Driver)(nil)
 
-// Find implements driver.Finder for a task of allocID an earlier berth
-// started and did not record. Its supervisor (found by its command line)
-// and task cgroup are removed, the task with them: a supervisor cannot be
-// re-attached without the start times its handle records. A task that
-// already ended left its status file in allocDir: it is re-attached from
-// it (Recover), so that its exit is recorded and it is not run again.
-func (d *Driver) Find(ctx context.Context, allocID, task, allocDir string, since time.Time) (driver.Handle, []string, error) {
-	var removed []string
+// Find implements driver.Finder for a task an earlier berth started and
+// did not record. Its running supervisor (found by its command line) is
+// adopted: the sealed spec it holds on descriptor 3 gives the status file
+// and the cgroup, /proc its start time and the task's PID, so that the
+// handle is the one Start would have returned. A second supervisor of the
+// task, one that cannot be adopted, and a task cgroup no adopted
+// supervisor owns are removed; when what was removed ran (or may have: a
+// cgroup left without its supervisor or a status), the error wraps
+// driver.ErrExitUnknown. A task that already ended left its status file
+// in req.AllocDir: it is re-attached from it (Recover), so that its exit
+// is recorded and it is not run again.
+func (d *Driver) Find(ctx context.Context, req driver.FindRequest) (driver.Handle, []string, error) {
+	id := req.AllocID + "/" + req.Task
 	sups, err := d.supervisors(ctx, d.storeID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: find the supervisors of task %s/%s: %w", d.name, allocID, task, err)
+		return nil, nil, fmt.Errorf("%s: find the supervisors of task %s: %w", d.name, id, err)
 	}
+	var (
+		h       driver.Handle
+		removed []string
+		lost    []string // what ran and was removed unadopted
+	)
 	for _, l := range sups {
-		if l.AllocID != allocID || l.Task != task {
+		if l.AllocID != req.AllocID || l.Task != req.Task {
 			continue
 		}
+		if h == nil {
+			ah, err := d.adopt(ctx, l, req)
+			if err == nil {
+				h = ah
+				continue
+			}
+			d.log.Warn("cannot adopt the supervisor of an unrecorded task; removing it", "task", id, "supervisor", l.ID, "err", err)
+			lost = append(lost, fmt.Sprintf("supervisor %s (%v)", l.ID, err))
+		} else {
+			lost = append(lost, "supervisor "+l.ID+" (a second one)")
+		}
 		if err := d.RemoveLeftover(ctx, l); err != nil {
-			return nil, removed, err
+			return h, removed, err
 		}
 		removed = append(removed, "supervisor "+l.ID)
 	}
 	if cg, err := cgroup.Children(d.hierarchies(), d.cgroupParent); err == nil {
+		name := d.storeID + "." + req.AllocID + "." + req.Task
 		for _, n := range cg {
-			if n != d.storeID+"."+allocID+"."+task {
+			if n != name {
 				continue
 			}
-			l := driver.Leftover{Driver: d.name, StoreID: d.storeID, Kind: KindCgroup, ID: filepath.Join(d.cgroupParent, n), AllocID: allocID, Task: task}
+			path := filepath.Join(d.cgroupParent, n)
+			if h != nil && filepath.Base(h.State().CgroupPath) == n {
+				continue // the adopted task's own
+			}
+			l := driver.Leftover{Driver: d.name, StoreID: d.storeID, Kind: KindCgroup, ID: path, AllocID: req.AllocID, Task: req.Task}
+			// Made by Start for the task, its supervisor gone without a
+			// status (killed; the task may run on in it): the task ran,
+			// or may have, and how it ended is lost.
+			procs, _ := cgroup.At(d.hierarchies(), path).Procs()
+			lost = append(lost, fmt.Sprintf("cgroup %s (%d processes, no supervisor)", path, len(procs)))
 			if err := d.RemoveLeftover(ctx, l); err != nil {
-				return nil, removed, err
+				return h, removed, err
 			}
 			removed = append(removed, "cgroup "+l.ID)
 		}
 	}
-	if len(removed) > 0 || allocDir == "" {
-		return nil, removed, nil
+	if h != nil {
+		return h, removed, nil
 	}
-	path := filepath.Join(allocDir, statusName(task))
-	st, err := readStatus(path)
-	if err != nil || st.StoreID != d.storeID || st.AllocID != allocID || st.Task != task || !st.FinishedAt.After(since) {
-		// Not this task's, or an earlier attempt's (recorded already).
-		return nil, nil, nil
+	if req.AllocDir != "" {
+		path := filepath.Join(req.AllocDir, statusName(req.Task))
+		st, err := readStatus(path)
+		if err == nil && st.StoreID == d.storeID && st.AllocID == req.AllocID && st.Task == req.Task && st.FinishedAt.After(req.Since) {
+			// Ended while no agent ran (its supervisor gone after writing
+			// it): its exit is this attempt's.
+			rh, err := d.Recover(ctx, store.TaskHandle{Driver: d.name, SupervisorPID: st.SupervisorPID, SupervisorStartTime: st.SupervisorStart,
+				PID: st.PID, PIDStartTime: st.PIDStart, StatusPath: path, AllocID: req.AllocID, Task: req.Task, KillSignal: int(req.KillSignal)})
+			if err == nil {
+				return rh, removed, nil
+			}
+		}
 	}
-	h, err := d.Recover(ctx, store.TaskHandle{Driver: d.name, SupervisorPID: st.SupervisorPID, SupervisorStartTime: st.SupervisorStart,
-		PID: st.PID, PIDStartTime: st.PIDStart, StatusPath: path, AllocID: allocID, Task: task})
+	if len(lost) > 0 {
+		return nil, removed, fmt.Errorf("%s: task %s: removed %s: %w", d.name, id, strings.Join(lost, ", "), driver.ErrExitUnknown)
+	}
+	return nil, removed, nil
+}
+
+// adoptWait bounds how long adopt waits for a supervisor still starting
+// its task (killed agent mid-Start) to have a child.
+const adoptWait = 5 * time.Second
+
+// adopt builds the handle of a live supervisor l an earlier berth started
+// and did not record, from what the supervisor itself holds: its sealed
+// task spec (status file, cgroup) and its child (the task), then
+// re-attaches it as Recover does.
+func (d *Driver) adopt(ctx context.Context, l driver.Leftover, req driver.FindRequest) (driver.Handle, error) {
+	p, s, _ := strings.Cut(l.ID, ":")
+	pid, err1 := strconv.Atoi(p)
+	start, err2 := strconv.ParseUint(s, 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("supervisor %q: not pid:start", l.ID)
+	}
+	pd, err := openProc(pid, start)
 	if err != nil {
-		return nil, nil, nil
+		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	return h, nil, nil
+	spec, err := pd.taskSpec(d.storeID, req.AllocID, req.Task)
+	pd.close()
+	if err != nil {
+		return nil, err
+	}
+	th := store.TaskHandle{Driver: d.name, AllocID: req.AllocID, Task: req.Task,
+		SupervisorPID: pid, SupervisorStartTime: start,
+		StatusPath: filepath.Join(spec.StatusDir, spec.StatusName), KillSignal: int(req.KillSignal)}
+	if spec.Cgroup != nil {
+		th.CgroupPath = spec.Cgroup.Primary()
+	}
+	// Its one child is the task (the task's init with a PID namespace of
+	// its own). None yet: still starting it, or it ended and the status
+	// is being written; Recover then reads the status once it exits.
+	deadline := time.Now().Add(adoptWait)
+	for {
+		if c := childOf(pid); c > 0 {
+			if st, err := proc.ReadStat(c); err == nil && !st.Zombie() {
+				th.PID, th.PIDStartTime = c, st.StartTime
+				break
+			}
+		}
+		if !proc.Alive(pid, start) || time.Now().After(deadline) {
+			break
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	h, err := d.Recover(ctx, th)
+	if err != nil {
+		return nil, err
+	}
+	d.log.Info("adopted a task an earlier berth started and did not record", "task", req.AllocID+"/"+req.Task, "supervisor", pid, "pid", th.PID)
+	return h, nil
+}
+
+// childOf is the first child of pid (0: none), whichever of its threads
+// forked it.
+func childOf(pid int) int {
+	threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range threads {
+		b, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(w); err == nil {
+				return c
+			}
+		}
+	}
+	return 0
 }

@@ -273,3 +273,111 @@ func TestNoThreadPerTask(t *testing.T) {
 	}
 	t.Logf("%d tasks running: %d OS threads", n, len(ts))
 }
+
+// Find adopts a task an earlier berth started and did not record (killed
+// between Start and recording the handle): a running one is supervised
+// from its supervisor's own record (same PID, the job's kill signal on
+// Stop), one that ended is re-attached with its real exit; one whose
+// supervisor was killed (the task ran on, its exit unknowable) is removed
+// and reported as driver.ErrExitUnknown. Nothing of the task is run twice
+// or left behind.
+func TestFindAdoptsUnrecorded(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name   string
+		script string
+		// prepare brings the forgotten task to the state Find meets.
+		prepare func(t *testing.T, task *driver.Task, rec store.TaskHandle)
+		// check gets Find's answer.
+		check func(t *testing.T, rec store.TaskHandle, h driver.Handle, removed []string, err error)
+	}{
+		{
+			name:   "running",
+			script: `trap "echo got USR1; exit 6" USR1; echo up; while :; do sleep 0.05; done`,
+			prepare: func(t *testing.T, task *driver.Task, _ store.TaskHandle) {
+				waitFor(t, "the trap set", func() bool { return strings.Contains(readLog(t, task, "stdout"), "up") })
+			},
+			check: func(t *testing.T, rec store.TaskHandle, h driver.Handle, removed []string, err error) {
+				if err != nil || h == nil || len(removed) != 0 {
+					t.Fatalf("Find: handle found %t, removed %v, err %v; want the running task adopted", h != nil, removed, err)
+				}
+				if got := h.State(); got.PID != rec.PID || got.PIDStartTime != rec.PIDStartTime || got.SupervisorPID != rec.SupervisorPID ||
+					got.CgroupPath != rec.CgroupPath || got.StatusPath != rec.StatusPath || got.KillSignal != int(syscall.SIGUSR1) {
+					t.Fatalf("adopted state %+v, Start's was %+v (kill signal USR1)", got, rec)
+				}
+				if err := h.Stop(ctxT(t), 10*time.Second); err != nil {
+					t.Fatalf("Stop: %v", err)
+				}
+				if res := wait(t, h); res.ExitCode != 6 || res.Err != nil {
+					t.Fatalf("result %+v, want exit 6 from the USR1 trap (the job's kill signal)", res)
+				}
+			},
+		},
+		{
+			name:   "exited",
+			script: `echo done; exit 7`,
+			prepare: func(t *testing.T, _ *driver.Task, rec store.TaskHandle) {
+				waitFor(t, "the supervisor to exit", func() bool { return !proc.Alive(rec.SupervisorPID, rec.SupervisorStartTime) })
+				reapZombie(rec.SupervisorPID)
+			},
+			check: func(t *testing.T, rec store.TaskHandle, h driver.Handle, removed []string, err error) {
+				if err != nil || h == nil {
+					t.Fatalf("Find: handle found %t, removed %v, err %v; want the ended task re-attached", h != nil, removed, err)
+				}
+				if res := wait(t, h); res.ExitCode != 7 || res.Err != nil {
+					t.Fatalf("result %+v, want exit 7 read from the status file", res)
+				}
+			},
+		},
+		{
+			name:   "supervisor-killed",
+			script: `sleep 1000`,
+			prepare: func(t *testing.T, _ *driver.Task, rec store.TaskHandle) {
+				if rec.CgroupPath == "" {
+					t.Skip("no task cgroup on this host: a task whose supervisor died is found by its cgroup only")
+				}
+				if err := proc.KillIfSame(rec.SupervisorPID, rec.SupervisorStartTime, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "the supervisor to die", func() bool { return !proc.Alive(rec.SupervisorPID, rec.SupervisorStartTime) })
+				reapZombie(rec.SupervisorPID)
+			},
+			check: func(t *testing.T, rec store.TaskHandle, h driver.Handle, removed []string, err error) {
+				if h != nil || !errors.Is(err, driver.ErrExitUnknown) || len(removed) != 1 {
+					t.Fatalf("Find: handle found %t, removed %v, err %v; want the cgroup removed and ErrExitUnknown", h != nil, removed, err)
+				}
+				if proc.Alive(rec.PID, rec.PIDStartTime) {
+					t.Fatal("the task runs on after Find removed its cgroup")
+				}
+			},
+		},
+	}
+	for _, d := range drivers() {
+		for _, tc := range tests {
+			t.Run(d.Name()+"/"+tc.name, func(t *testing.T) {
+				task := newTask(t, "", sh(tc.script))
+				task.KillSignal = syscall.SIGUSR1
+				rec := startForgotten(t, d, task)
+				if tc.prepare != nil {
+					tc.prepare(t, task, rec)
+				}
+				fresh := newDriver(d.Name(), d.isolate, Options{StoreID: testStore})
+				h, removed, err := fresh.Find(ctxT(t), driver.FindRequest{AllocID: task.AllocID, Task: task.TaskName, AllocDir: task.AllocDir, KillSignal: syscall.SIGUSR1})
+				tc.check(t, rec, h, removed, err)
+				if h != nil {
+					if err := h.Destroy(ctxT(t)); err != nil {
+						t.Fatalf("Destroy: %v", err)
+					}
+				}
+				if proc.Alive(rec.SupervisorPID, rec.SupervisorStartTime) || proc.Alive(rec.PID, rec.PIDStartTime) {
+					t.Fatal("supervisor or task alive at the end")
+				}
+				// A second look finds nothing to run twice.
+				h2, removed2, err2 := fresh.Find(ctxT(t), driver.FindRequest{AllocID: task.AllocID, Task: task.TaskName, Since: time.Now()})
+				if h2 != nil || len(removed2) != 0 || err2 != nil {
+					t.Fatalf("second Find: handle found %t, removed %v, err %v; want nothing", h2 != nil, removed2, err2)
+				}
+			})
+		}
+	}
+}

@@ -303,6 +303,8 @@ type listEntry struct {
 	ID     string            `json:"Id"`
 	Names  []string          `json:"Names"`
 	Labels map[string]string `json:"Labels"`
+	// State is "created", "running", "exited"...
+	State string `json:"State"`
 }
 
 func (c *client) listByLabel(ctx context.Context, key, value string) ([]listEntry, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
@@ -108,18 +107,23 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 
 var _ driver.Finder = (*Driver)(nil)
 
-// Find implements driver.Finder: the container of task of allocID an
-// earlier berth created and did not record (found by its labels). The
-// one named as Start names it is re-attached (Recover); one that never
-// started (created only) and any other of that task are removed.
-func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time) (driver.Handle, []string, error) {
+// Find implements driver.Finder: the container of the task an earlier
+// berth created and did not record (found by its labels). The one named
+// as Start names it is re-attached (Recover), running or exited (its exit
+// code then read from inspect, so that it is recorded and the task not
+// run again); its stop signal is in its config. One that never started
+// (created only: nothing of the task ran) and any other of that task are
+// removed; when a removed one had run, the error wraps
+// driver.ErrExitUnknown.
+func (d *Driver) Find(ctx context.Context, req driver.FindRequest) (driver.Handle, []string, error) {
+	allocID, task := req.AllocID, req.Task
 	l, err := d.c.listByLabel(ctx, LabelAllocID, allocID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("podman: find the containers of task %s/%s: %w", allocID, task, err)
 	}
 	want := ContainerName(allocID, task)
 	var h driver.Handle
-	var removed []string
+	var removed, lost []string
 	for _, e := range l {
 		if e.Labels[LabelStore] != d.storeID || e.Labels[LabelTask] != task {
 			continue
@@ -136,7 +140,7 @@ func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time)
 			if err != nil {
 				return nil, removed, fmt.Errorf("podman: inspect container %s: %w", name, err)
 			}
-			if s := st.State.Status; s != "created" && s != "configured" && s != "initialized" {
+			if !neverStarted(st.State.Status) {
 				h, err = d.Recover(ctx, store.TaskHandle{Driver: Name, ContainerID: e.ID, ContainerName: name, AllocID: allocID, Task: task})
 				if err == nil {
 					continue
@@ -155,8 +159,24 @@ func (d *Driver) Find(ctx context.Context, allocID, task, _ string, _ time.Time)
 			}
 		}
 		removed = append(removed, "container "+shortContainerID(e.ID))
+		if !neverStarted(e.State) {
+			lost = append(lost, fmt.Sprintf("container %s (%s)", shortContainerID(e.ID), e.State))
+		}
+	}
+	if h == nil && len(lost) > 0 {
+		return nil, removed, fmt.Errorf("podman: task %s/%s: removed %s: %w", allocID, task, strings.Join(lost, ", "), driver.ErrExitUnknown)
 	}
 	return h, removed, nil
+}
+
+// neverStarted reports whether a container in state s never ran its
+// task (created by an agent that died before starting it).
+func neverStarted(s string) bool {
+	switch s {
+	case "", "created", "configured", "initialized":
+		return true
+	}
+	return false
 }
 
 func shortContainerID(id string) string {
