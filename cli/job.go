@@ -274,14 +274,26 @@ func printAllocTable(g *Globals, allocs []api.AllocStub) error {
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tJOB\tGROUP\tSTATUS\tEXIT\tNETWORK\tIPV4\tCREATED")
 	for _, a := range allocs {
-		var exits []string
-		for _, t := range a.Tasks {
-			exits = append(exits, t.Exit())
-		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(a.ID), a.JobID, a.Group, a.Status,
-			dash(strings.Trim(strings.Join(exits, ","), ",")), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
+			allocExits(a.Tasks), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
 	}
 	return w.Flush()
+}
+
+// allocExits is an allocation's EXIT cell: its tasks' exits in task
+// order, "-" for one still running (no exit yet), "not started" for one
+// that never ran; "-" alone while none has ended.
+func allocExits(tasks []api.TaskStub) string {
+	exits := make([]string, len(tasks))
+	ended := false
+	for i, t := range tasks {
+		exits[i] = dash(t.Exit())
+		ended = ended || t.Exit() != ""
+	}
+	if !ended {
+		return "-"
+	}
+	return strings.Join(exits, ",")
 }
 
 func shortID(id string) string {
