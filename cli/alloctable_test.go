@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/node"
+	"github.com/berth/berth/store"
 )
 
 // The EXIT column of `alloc ls` / `job status JOB` and of `alloc status`:
@@ -55,6 +56,15 @@ func TestPrintAllocTableExit(t *testing.T) {
 			}
 			if cell != tc.want {
 				t.Errorf("EXIT %q, want %q\n%s", cell, tc.want, out.String())
+			}
+
+			// `berth run`'s allocation lines: the same cell.
+			rec := &store.Allocation{ID: a.ID}
+			for _, ts := range tc.tasks {
+				rec.Tasks = append(rec.Tasks, store.TaskState{Name: ts.Name, State: ts.State, ExitCode: ts.ExitCode, NotStarted: ts.NotStarted})
+			}
+			if got := exitCodes(rec); got != tc.want {
+				t.Errorf("berth run's EXIT %q, want %q", got, tc.want)
 			}
 
 			// `alloc status`: the same per task, and why one never started.

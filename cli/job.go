@@ -280,20 +280,30 @@ func printAllocTable(g *Globals, allocs []api.AllocStub) error {
 	return w.Flush()
 }
 
-// allocExits is an allocation's EXIT cell: its tasks' exits in task
-// order, "-" for one still running (no exit yet), "not started" for one
-// that never ran; "-" alone while none has ended.
+// allocExits is an allocation's EXIT cell (exitCell) from its tasks.
 func allocExits(tasks []api.TaskStub) string {
 	exits := make([]string, len(tasks))
-	ended := false
 	for i, t := range tasks {
-		exits[i] = dash(t.Exit())
-		ended = ended || t.Exit() != ""
+		exits[i] = t.Exit()
+	}
+	return exitCell(exits)
+}
+
+// exitCell is the EXIT cell of an allocation whose tasks' exits
+// (api.ExitText) are exits: in task order, "-" for one still running (no
+// exit yet), "not started" for one that never ran; "-" alone while none
+// has ended.
+func exitCell(exits []string) string {
+	out := make([]string, len(exits))
+	ended := false
+	for i, e := range exits {
+		out[i] = dash(e)
+		ended = ended || e != ""
 	}
 	if !ended {
 		return "-"
 	}
-	return strings.Join(exits, ",")
+	return strings.Join(out, ",")
 }
 
 func shortID(id string) string {
