@@ -306,9 +306,12 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.eventLocked("Replacement", "replaces allocation "+replaces+", stopped by the operator")
 	}
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
+		a.mu.Lock()
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
+		a.endUnstartedLocked(errors.New(a.alloc.StatusDesc))
 		a.eventLocked(EventNotRecorded, err.Error())
+		a.mu.Unlock()
 		a.log.Error("could not record the allocation; it does not run", "err", err)
 		return a.alloc, false
 	}
