@@ -208,33 +208,45 @@ func TestReportGCPlanCrashLeftovers(t *testing.T) {
 	}
 }
 
-// With --nomad the rows are Nomad's leftovers (leaked namespaces of a
-// periodic job): plan rows = done rows = counts.
+// With --nomad the rows are Nomad's leftovers: namespaces of terminal
+// allocations of a periodic job that stayed after Nomad's CNI DEL. Nomad
+// leaks one only now and then (its EBUSY unmount), so the test makes the
+// leak (nomadtest's LeakNamespace) for terminal allocations Nomad tore
+// down cleanly: the plan is never empty, and plan rows = done rows =
+// counts, each leak planned, reclaimed and gone.
 func TestReportGCPlanNomad(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequirePlugins(t, testenv.ReferencePlugins, "bridge", "host-local", "portmap", "firewall", "loopback")
 	name := "btrep-" + testenv.RandSuffix(5)
-	a := nomadtest.Start(t, nomadtest.Options{Networks: map[string][]byte{name: nomadtest.Conflist(name, "btrepb"+testenv.RandSuffix(4), "10.199.238.0/24")},
-		BridgeSubnet: "10.199.239.0/24"})
+	a := nomadtest.Start(t, nomadtest.Options{Networks: map[string][]byte{name: nomadtest.Conflist(name, "btrepb"+testenv.RandSuffix(4), "10.199.40.0/24")},
+		BridgeSubnet: "10.199.41.0/24"})
 	a.Run(t, nomadtest.PeriodicJob("tick", "cni/"+name))
-	// Wait for leaks: terminal allocations whose namespace stayed after
-	// Nomad's CNI DEL (no cache entry left).
+	pinned := func(id string) bool {
+		ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id))
+		return ok
+	}
+	// Leaked: terminal, its namespace still pinned, no cache entry left
+	// (Nomad's CNI DEL is done).
 	leakedNow := func() []string {
 		var out []string
 		for _, al := range a.JobAllocs(t, "tick/") {
 			es, _ := evidence.ReadCache(t.Context(), "/var/lib/cni", al.ID)
-			if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, al.ID)); ok && al.Terminal() && len(es) == 0 {
+			if pinned(al.ID) && al.Terminal() && len(es) == 0 {
 				out = append(out, al.ID)
 			}
 		}
 		return out
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		leaked := len(leakedNow())
-		if leaked >= 2 {
-			break
+	terminal := func() (n int) {
+		for _, al := range a.JobAllocs(t, "tick/") {
+			if al.Terminal() {
+				n++
+			}
 		}
+		return n
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) && terminal() < 2 {
 		time.Sleep(500 * time.Millisecond)
 	}
 	if _, err := a.Nomad("job", "stop", "-detach", "tick"); err != nil {
@@ -253,26 +265,42 @@ func TestReportGCPlanNomad(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // Nomad's teardown of the last ones
+	natural := len(leakedNow())
+	made := 0
+	for _, al := range a.JobAllocs(t, "tick/") {
+		es, _ := evidence.ReadCache(t.Context(), "/var/lib/cni", al.ID)
+		if made < 2 && al.Terminal() && len(es) == 0 && !pinned(al.ID) {
+			a.LeakNamespace(t, al.ID)
+			made++
+		}
+	}
 	leaked := leakedNow()
+	t.Logf("%d namespaces leaked by Nomad, %d made by the test", natural, made)
 	if len(leaked) == 0 {
-		t.Skip("Nomad leaked no namespace this time")
+		t.Fatalf("no leaked namespace to reclaim (Nomad leaked %d, the test made %d): allocations %+v", natural, made, a.JobAllocs(t, "tick/"))
 	}
 	args := []string{"--nomad", "--nomad-address", a.Addr, "--nomad-data-dir", a.DataDir, "--nomad-grace-period", "24h",
 		"--data-dir", t.TempDir(), "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins}
-	plan, _ := checkPlanDone(t, args, gc.KindNetns)
-	planned := map[string]bool{}
+	plan, done := checkPlanDone(t, args, gc.KindNetns)
+	planned, reclaimed := map[string]bool{}, map[string]bool{}
 	for _, r := range plan.Rows {
 		if r.Kind == gc.KindNetns && r.State == gc.StatePlanned {
 			planned[r.ID] = true
 		}
 	}
-	for _, id := range leaked {
-		if !planned[id] {
-			t.Errorf("the plan has no row for leaked namespace %s: %+v", id, plan.Rows)
+	for _, r := range done.Rows {
+		if r.Kind == gc.KindNetns && r.State == gc.StateReclaimed {
+			reclaimed[r.ID] = true
 		}
 	}
+	if plan.Counts.Found < len(leaked) || done.Counts.Reclaimed < len(leaked) {
+		t.Errorf("plan found %d, the run reclaimed %d; %d namespaces were leaked", plan.Counts.Found, done.Counts.Reclaimed, len(leaked))
+	}
 	for _, id := range leaked {
-		if ok, _ := netns.IsPinned(filepath.Join(netns.DefaultDir, id)); ok {
+		if !planned[id] || !reclaimed[id] {
+			t.Errorf("leaked namespace %s: planned %v, reclaimed %v; plan %+v", id, planned[id], reclaimed[id], plan.Rows)
+		}
+		if pinned(id) {
 			t.Errorf("leaked namespace %s is still there", id)
 		}
 	}

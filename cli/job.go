@@ -274,14 +274,36 @@ func printAllocTable(g *Globals, allocs []api.AllocStub) error {
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tJOB\tGROUP\tSTATUS\tEXIT\tNETWORK\tIPV4\tCREATED")
 	for _, a := range allocs {
-		var exits []string
-		for _, t := range a.Tasks {
-			exits = append(exits, t.Exit())
-		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(a.ID), a.JobID, a.Group, a.Status,
-			dash(strings.Trim(strings.Join(exits, ","), ",")), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
+			allocExits(a.Tasks), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
 	}
 	return w.Flush()
+}
+
+// allocExits is an allocation's EXIT cell (exitCell) from its tasks.
+func allocExits(tasks []api.TaskStub) string {
+	exits := make([]string, len(tasks))
+	for i, t := range tasks {
+		exits[i] = t.Exit()
+	}
+	return exitCell(exits)
+}
+
+// exitCell is the EXIT cell of an allocation whose tasks' exits
+// (api.ExitText) are exits: in task order, "-" for one still running (no
+// exit yet), "not started" for one that never ran; "-" alone while none
+// has ended.
+func exitCell(exits []string) string {
+	out := make([]string, len(exits))
+	ended := false
+	for i, e := range exits {
+		out[i] = dash(e)
+		ended = ended || e != ""
+	}
+	if !ended {
+		return "-"
+	}
+	return strings.Join(out, ",")
 }
 
 func shortID(id string) string {

@@ -247,12 +247,13 @@ func startLine(a *store.Allocation) string {
 	return line
 }
 
+// exitCodes is the EXIT cell (exitCell) of a run's allocation line.
 func exitCodes(a *store.Allocation) string {
 	var c []string
 	for _, t := range a.Tasks {
 		c = append(c, api.ExitText(t.State, t.NotStarted != "", t.ExitCode, 0))
 	}
-	return strings.Join(c, ",")
+	return exitCell(c)
 }
 
 func printSummary(g *Globals, s *api.JobSummary) {

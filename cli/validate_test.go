@@ -159,3 +159,29 @@ func TestValidateTaskUser(t *testing.T) {
 		})
 	}
 }
+
+// `berth validate` of a file that is not UTF-8 (or holds nothing) says
+// where: file:line:col, the line and column of the first bad byte.
+func TestValidateInvalidUTF8(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"--data-dir", filepath.Join(dir, "data"), "--cni-config-dir", t.TempDir(), "--lock-dir", t.TempDir()}
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"in a string", "job \"x\" {\n  meta { x = \"a\xff\" }\n}\n", "bad.hcl:2:16: invalid UTF-8 (byte 0xff at offset 25)"},
+		{"first byte", "\xfejob \"x\" {}\n", "bad.hcl:1:1: invalid UTF-8 (byte 0xfe at offset 0)"},
+		{"after multibyte runes", "# é ü\njob \"x\" {\n  # \xc3\x28\n}\n", "bad.hcl:3:5: invalid UTF-8 (byte 0xc3 at offset 22)"},
+		{"truncated rune at the end", "job \"x\" {}\n\xe2\x82", "bad.hcl:2:1: invalid UTF-8"},
+		{"empty", "", "bad.hcl:1:1: the job file is empty"},
+		{"whitespace only", " \n\t\n", "bad.hcl:1:1: the job file holds only white space"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := filepath.Join(dir, "bad.hcl")
+			testenv.Must(t, os.WriteFile(job, []byte(tc.src), 0o644))
+			_, _, err := run(t, append([]string{"validate", job}, common...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("validate: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

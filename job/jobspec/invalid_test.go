@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth/berth/job/jobspec/jobspectest"
 )
 
 // Each file in testdata/invalid must be rejected with ErrInvalidJob, with
@@ -127,7 +129,11 @@ func FuzzParse(f *testing.F) {
 			f.Add(src)
 		}
 	}
-	// testdata/fuzz/FuzzParse seeds the evaluation bombs of issue 18 too.
+	// The evaluation bombs of issue 18, as the budget tests send them
+	// (also checked in as testdata/fuzz/FuzzParse: TestFuzzCorpusParse).
+	for _, b := range jobspectest.EvalBombs {
+		f.Add(parseSeed(b))
+	}
 	// A short deadline keeps CI's fixed count of inputs fast: mutations
 	// of a bomb that the size limits let through stop at it.
 	opts := testOptions()
@@ -159,4 +165,13 @@ func FuzzParse(f *testing.F) {
 			job.Periodic.NextN(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), 3)
 		}
 	})
+}
+
+// parseSeed is bomb b as FuzzParse's input: the job file the budget tests
+// parse.
+func parseSeed(b jobspectest.Bomb) []byte { return []byte(jobspectest.WithGroup(b.Src)) }
+
+// FuzzParse's checked-in corpus holds every evaluation bomb.
+func TestFuzzCorpusParse(t *testing.T) {
+	jobspectest.CheckCorpus(t, filepath.Join("testdata", "fuzz", "FuzzParse"), parseSeed)
 }

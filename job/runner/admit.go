@@ -98,9 +98,7 @@ func (a *allocRun) stoppedQueued(ctx context.Context) {
 	a.mu.Lock()
 	a.alloc.Status = store.AllocComplete
 	a.alloc.StatusDesc = "stopped while queued for resources; never started"
-	for i := range a.alloc.Tasks {
-		a.alloc.Tasks[i].State = "dead"
-	}
+	a.endUnstartedLocked(nil)
 	a.eventLocked("Killed", "stopped while queued for resources")
 	a.mu.Unlock()
 	a.save(ctx)

@@ -378,3 +378,60 @@ func TestArtifactSecStopDuringFetch(t *testing.T) {
 		t.Errorf("the destination holds %d entries after the stop", len(ents))
 	}
 }
+
+// An http source that stalls (no headers, or a first chunk and then
+// nothing) is cut off by the fetch's time limit (http_read_timeout): the
+// task's setup fails naming the limit, the task never starts, and the
+// server sees the client leave. Loopback only.
+func TestArtifactSecStalledSourceCutOff(t *testing.T) {
+	base := newEnv(t, "10.199.42.0/24")
+	e := limitedEnv(base, artifact.Limits{HTTPReadTimeout: 2 * time.Second})
+	gone := make(chan string, 4)
+	end := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body.bin" {
+			w.Header().Set("Content-Length", "1048576")
+			_, _ = w.Write(make([]byte, 4096))
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			gone <- r.URL.Path
+		case <-end:
+		}
+	}))
+	t.Cleanup(func() { close(end); srv.Close() })
+	for _, path := range []string{"/headers.bin", "/body.bin"} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			a, _ := runOne(t, e, `job "stalled" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      artifact {
+        source = "`+srv.URL+path+`"
+      }
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}`)
+			want := "fetch stopped after http_read_timeout (2s)"
+			if a.Status != store.AllocFailed || !strings.Contains(a.StatusDesc, want) {
+				t.Errorf("allocation %s: %q, want failed with %q", a.Status, a.StatusDesc, want)
+			}
+			if ts := taskState(t, a, "t"); !ts.StartedAt.IsZero() || ts.NotStarted == "" {
+				t.Errorf("the task started, or does not say it never did: %+v", ts)
+			}
+			select {
+			case got := <-gone:
+				if got != path {
+					t.Errorf("the server saw the client of %s leave, want %s", got, path)
+				}
+			case <-testenv.Context(t, time.Minute).Done():
+				t.Errorf("the server never saw the client of %s leave", path)
+			}
+		})
+	}
+}

@@ -136,3 +136,59 @@ func TestReportClaimedIsReadopting(t *testing.T) {
 		t.Errorf("claimed allocation is neither adoptable nor this process's: %+v", got)
 	}
 }
+
+// Tasks an allocation ends without having started say so, whatever path
+// ended it (one rule, where the allocation finishes): a main task whose
+// prestart failed, a poststart that never came: dead, "not started" with
+// the allocation's reason, never an exit code.
+func TestReportUnstartedTasksAtFinish(t *testing.T) {
+	e := newEnv(t, "10.199.74.0/24")
+	a, _ := runOne(t, e, `job "btrep-unstarted" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    network {
+      mode = "cni/private"
+    }
+    task "pre" {
+      lifecycle {
+        hook = "prestart"
+      }
+      driver = "raw_exec"
+      config {
+        command = "/bin/false"
+      }
+    }
+    task "main" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+    task "post" {
+      lifecycle {
+        hook = "poststart"
+      }
+      driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
+    }
+  }
+}`)
+	if pre := taskState(t, a, "pre"); pre.NotStarted != "" || pre.StartedAt.IsZero() || api.ExitText(pre.State, false, pre.ExitCode, pre.Signal) != "1" {
+		t.Errorf("the prestart task ran and exited 1: %+v", pre)
+	}
+	for _, name := range []string{"main", "post"} {
+		ts := taskState(t, a, name)
+		if ts.State != "dead" || !ts.StartedAt.IsZero() || !strings.HasPrefix(ts.NotStarted, runner.NotStartedFailed) {
+			t.Errorf("task %s that never started: %+v, want dead with NotStarted %q...", name, ts, runner.NotStartedFailed)
+		}
+		if got := api.ExitText(ts.State, ts.NotStarted != "", ts.ExitCode, ts.Signal); got != "not started" {
+			t.Errorf("task %s: exit text %q, want \"not started\"", name, got)
+		}
+	}
+}

@@ -306,9 +306,12 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.eventLocked("Replacement", "replaces allocation "+replaces+", stopped by the operator")
 	}
 	if err := r.o.Store.PutAllocation(ctx, a.alloc); err != nil {
+		a.mu.Lock()
 		a.alloc.Status = store.AllocFailed
 		a.alloc.StatusDesc = "could not record the allocation: " + err.Error()
+		a.endUnstartedLocked(errors.New(a.alloc.StatusDesc))
 		a.eventLocked(EventNotRecorded, err.Error())
+		a.mu.Unlock()
 		a.log.Error("could not record the allocation; it does not run", "err", err)
 		return a.alloc, false
 	}
@@ -489,6 +492,45 @@ func (a *allocRun) setupNetwork(ctx context.Context) (*attach.Status, error) {
 	return st, nil
 }
 
+// NotStartedStopped and NotStartedFailed are why a task that an
+// allocation's end found never started did not: the allocation was
+// stopped first, or failed first (the failure follows).
+const (
+	NotStartedStopped = "allocation stopped before it started"
+	NotStartedFailed  = "allocation failed before it started"
+)
+
+// endUnstartedLocked is the one rule for the tasks an allocation ends
+// without having started (still pending, or marked dead by a path that
+// gave no reason): dead, with why they never ran instead of an exit code,
+// whichever path ended the allocation. A reason recorded earlier (a start
+// that failed) is kept. The caller holds a.mu.
+func (a *allocRun) endUnstartedLocked(runErr error) {
+	why := NotStartedStopped
+	var failed []string
+	for _, ts := range a.alloc.Tasks {
+		if ts.Failed {
+			failed = append(failed, ts.Name)
+		}
+	}
+	switch {
+	case runErr != nil:
+		why = NotStartedFailed + ": " + runErr.Error()
+	case len(failed) > 0:
+		why = NotStartedFailed + ": task(s) " + strings.Join(failed, ", ") + " failed"
+	}
+	for i := range a.alloc.Tasks {
+		ts := &a.alloc.Tasks[i]
+		if !ts.StartedAt.IsZero() || ts.Handle != nil || ts.Exited {
+			continue
+		}
+		ts.State = "dead"
+		if ts.NotStarted == "" {
+			ts.ExitCode, ts.Signal, ts.NotStarted = -1, 0, why
+		}
+	}
+}
+
 // finish tears the network down and records the outcome.
 func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	a.phase(ctx, PhaseTeardown)
@@ -526,6 +568,7 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		// window in which Nomad's teardown failed.
 		a.alloc.TimingsMS["exit_to_netns_gone"] = float64(time.Since(a.lastExit).Microseconds()) / 1000
 	}
+	a.endUnstartedLocked(runErr)
 	failed := runErr != nil || tdErr != nil
 	for _, t := range a.alloc.Tasks {
 		if t.Failed {

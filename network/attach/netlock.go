@@ -43,20 +43,26 @@ func (m *Manager) lockNetwork(ctx context.Context, network string) (func(), erro
 // comes first so that goroutines queue without polling the file.
 func (m *Manager) lockID(ctx context.Context, id string) (func(), error) {
 	unlock := m.locks.Lock(id)
-	l, err := flock.Acquire(ctx, m.idLockPath(id), flock.Options{Exclusive: true, Transient: true})
+	unlockFile, err := LockAttachment(ctx, m.o.LockDir, id)
 	if err != nil {
 		unlock()
-		return nil, fmt.Errorf("attachment %s: %w", id, err)
+		return nil, err
 	}
-	return func() { l.Unlock(); unlock() }, nil
+	return func() { unlockFile(); unlock() }, nil
 }
 
-func (m *Manager) idLockPath(id string) string {
-	dir := m.o.LockDir
+// LockAttachment is the cross-process lock of one attachment ID (in lock
+// dir dir, DefaultLockDir if empty): its setup, CHECK and teardown take
+// it. A holder outside berth (a test) holds them off.
+func LockAttachment(ctx context.Context, dir, id string) (func(), error) {
 	if dir == "" {
 		dir = DefaultLockDir
 	}
-	return filepath.Join(dir, "id", sanitize(id)+".lock")
+	l, err := flock.Acquire(ctx, filepath.Join(dir, "id", sanitize(id)+".lock"), flock.Options{Exclusive: true, Transient: true})
+	if err != nil {
+		return nil, fmt.Errorf("attachment %s: %w", id, err)
+	}
+	return l.Unlock, nil
 }
 
 // LockNetwork is the cross-process lock of a network (see DefaultLockDir).

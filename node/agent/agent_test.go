@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
+	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/store"
 )
 
@@ -84,7 +85,7 @@ func TestSeedJobThroughAPI(t *testing.T) {
 		// (or never started), not failed, and must leave as little.
 		if len(a.Tasks) != 1 || a.Tasks[0].Failed || a.Tasks[0].Driver != "podman" ||
 			(!stopped && a.Tasks[0].ExitCode != 0) ||
-			(a.Tasks[0].NotStarted != "" && a.Tasks[0].NotStarted != "stopped while starting") {
+			(a.Tasks[0].NotStarted != "" && a.Tasks[0].NotStarted != "stopped while starting" && a.Tasks[0].NotStarted != runner.NotStartedStopped) {
 			t.Errorf("alloc %s tasks: %+v", a.ID, a.Tasks)
 		}
 		if got := strings.Join(types, ","); !strings.Contains(got, "Network,") || !strings.HasSuffix(got, "Network removed") {

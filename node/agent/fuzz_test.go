@@ -1,14 +1,17 @@
 package agent
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/job/jobspec"
+	"github.com/berth/berth/job/jobspec/jobspectest"
 )
 
 // FuzzSubmitBody feeds the API's JSON decoding and the job parser behind
@@ -27,6 +30,11 @@ func FuzzSubmitBody(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	// The evaluation bombs of issue 18, as the budget tests send them
+	// (also checked in: TestFuzzCorpusSubmitBody).
+	for _, b := range jobspectest.EvalBombs {
+		f.Add(submitSeed(b))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/v1/jobs/plan", strings.NewReader(string(body)))
@@ -39,4 +47,19 @@ func FuzzSubmitBody(f *testing.F) {
 		}
 		_, _ = jobspec.Parse([]byte(in.JobHCL), in.Filename, jobspec.ParseOptions{Node: jobspec.LocalNode(), EvalTimeout: 100 * time.Millisecond})
 	})
+}
+
+// submitSeed is bomb b as FuzzSubmitBody's input: the body
+// TestEvalBudgetAgent posts.
+func submitSeed(b jobspectest.Bomb) []byte {
+	body, err := json.Marshal(api.JobSubmitRequest{JobHCL: jobspectest.WithGroup(b.Src), Filename: "bomb.hcl"})
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+// FuzzSubmitBody's checked-in corpus holds every evaluation bomb.
+func TestFuzzCorpusSubmitBody(t *testing.T) {
+	jobspectest.CheckCorpus(t, filepath.Join("testdata", "fuzz", "FuzzSubmitBody"), submitSeed)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -314,9 +315,17 @@ type ExecRequest struct {
 	// TTY: Stdin is a terminal that becomes the command's controlling
 	// terminal, in a session of its own.
 	TTY bool
-	// Env is added to the task's environment (TERM for a terminal).
+	// Env is added to the task's environment (TERM for a terminal),
+	// without the loader's variables (LoaderVar).
 	Env map[string]string
 }
+
+// LoaderVar reports whether name is a variable of the dynamic loader
+// (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT...). An exec takes none, neither
+// from the task's recorded environment nor from the request: one could
+// aim it at a file the task wrote, to run that file with the exec's
+// identity instead of the command asked for.
+func LoaderVar(name string) bool { return strings.HasPrefix(name, "LD_") }
 
 // ErrExecSetup wraps the failure to enter the task's context (its
 // namespaces, cgroup, user) or to start the command, as opposed to the

@@ -4,7 +4,14 @@
 // and positioned.
 package jobspectest
 
-import "strings"
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // Bomb is one job file and the refusal it must get.
 type Bomb struct {
@@ -158,4 +165,53 @@ func WithGroup(src string) string {
 		return src
 	}
 	return src[:i] + "  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n" + src[i:]
+}
+
+// The checked-in seed corpus: one file per bomb in each fuzzer's
+// testdata/fuzz/<Fuzz> directory, which `go test` runs as seeds and CI's
+// fuzzing (scripts/test.sh) starts from.
+
+// UpdateCorpusEnv set to 1 makes CheckCorpus write the corpus files
+// instead of checking them (after a bomb was added or changed).
+const UpdateCorpusEnv = "BERTH_UPDATE_FUZZ_CORPUS"
+
+// CorpusName is the name of bomb b's file in a fuzzer's corpus.
+func CorpusName(b Bomb) string {
+	return "budget-" + strings.ReplaceAll(strings.ToLower(b.Name), " ", "-")
+}
+
+// CorpusEntry is a corpus file holding data, as `go test` writes and
+// reads them (a fuzzer of one []byte argument).
+func CorpusEntry(data []byte) []byte {
+	return []byte("go test fuzz v1\n[]byte(" + strconv.Quote(string(data)) + ")\n")
+}
+
+// CheckCorpus checks that dir (testdata/fuzz/<Fuzz>) holds, for every
+// bomb, its file with input(b): the fuzzer's checked-in corpus is the
+// bombs the budget tests send, none missing or stale. With
+// UpdateCorpusEnv=1 it writes them.
+func CheckCorpus(t testing.TB, dir string, input func(Bomb) []byte) {
+	t.Helper()
+	update := os.Getenv(UpdateCorpusEnv) == "1"
+	for _, b := range EvalBombs {
+		path := filepath.Join(dir, CorpusName(b))
+		want := CorpusEntry(input(b))
+		if update {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("bomb %q has no corpus file: %v (run with %s=1 to write it)", b.Name, err, UpdateCorpusEnv)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("corpus file %s is not bomb %q as the budget tests send it (run with %s=1 to rewrite it)", path, b.Name, UpdateCorpusEnv)
+		}
+	}
 }

@@ -357,6 +357,27 @@ func (a *Agent) NewNamespaces() []string {
 	return out
 }
 
+// LeakNamespace leaves behind, for terminal allocation id of this agent,
+// what Nomad's teardown leaves when its unmount fails (Nomad 1.6.5's
+// EBUSY): the namespace pinned at /run/netns/<id> after Nomad's CNI DEL,
+// its alloc dir still under the data dir. Nomad's own leak comes only
+// now and then; a test that must have one to reclaim makes it here. The
+// agent's cleanup removes it if the test did not.
+func (a *Agent) LeakNamespace(t testing.TB, id string) string {
+	t.Helper()
+	if a.netnsAt[id] {
+		t.Fatalf("namespace %s was there before the agent started: not this agent's to leak", id)
+	}
+	if fi, err := os.Stat(filepath.Join(a.DataDir, "alloc", id)); err != nil || !fi.IsDir() {
+		t.Fatalf("allocation %s has no alloc dir under %s: %v", id, a.DataDir, err)
+	}
+	path, err := netns.NewManager(netns.DefaultDir).Create(context.Background(), id)
+	if err != nil {
+		t.Fatalf("leak a namespace for allocation %s: %v", id, err)
+	}
+	return path
+}
+
 // StopJob stops and purges a job.
 func (a *Agent) StopJob(t testing.TB, job string) {
 	t.Helper()

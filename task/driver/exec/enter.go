@@ -171,15 +171,16 @@ func readlinkat(dirfd int, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// execEnv is the task's recorded environment without the loader's
-// variables (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT...), which a job could
-// aim at a file its task wrote, with the request's variables over it.
+// execEnv is the task's recorded environment with the request's
+// variables over it, both without the loader's variables
+// (driver.LoaderVar), which a job or a client could aim at a file the
+// task wrote.
 func execEnv(recorded []string, extra map[string]string) []string {
 	env := map[string]string{}
 	var order []string
 	for _, kv := range recorded {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.HasPrefix(k, "LD_") {
+		if !ok || k == "" || driver.LoaderVar(k) {
 			continue
 		}
 		if _, dup := env[k]; !dup {
@@ -189,7 +190,9 @@ func execEnv(recorded []string, extra map[string]string) []string {
 	}
 	keys := make([]string, 0, len(extra))
 	for k := range extra {
-		keys = append(keys, k)
+		if k != "" && !strings.Contains(k, "=") && !driver.LoaderVar(k) {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {

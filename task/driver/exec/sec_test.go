@@ -100,7 +100,7 @@ func TestSecExecIdentity(t *testing.T) {
 
 			victim := "/root/btsec-" + randSuffix(t)
 			t.Cleanup(func() { os.Remove(victim) })
-			code, out := execIn(t, h, map[string]string{"FROM_REQUEST": "1"}, "/bin/sh", "-c",
+			code, out := execIn(t, h, map[string]string{"FROM_REQUEST": "1", "LD_PRELOAD": "/nonexistent-berth-request.so", "LD_AUDIT": "/nonexistent-berth-request.so"}, "/bin/sh", "-c",
 				`id -u; grep CapEff /proc/self/status; env | grep -c '^LD_'; env | grep -c TASK_EXPORTED; `+
 					`echo "recorded=$BERTH_TEST request=$FROM_REQUEST"; touch `+victim+` && echo WROTE-ROOT; exit 0`)
 			if code != 0 {
@@ -127,6 +127,30 @@ func TestSecExecIdentity(t *testing.T) {
 			}
 			if _, err := os.Stat(victim); err == nil {
 				t.Errorf("%s exists", victim)
+			}
+		})
+	}
+}
+
+// The exec's environment is the task's recorded one with the request's
+// over it, and neither brings a loader variable: not the task's record,
+// not what the client sent.
+func TestSecExecEnvDropsLoaderVars(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded []string
+		extra    map[string]string
+		want     string
+	}{
+		{"recorded", []string{"PATH=/bin", "LD_PRELOAD=/t/x.so", "LD_LIBRARY_PATH=/t", "A=1"}, nil, "PATH=/bin A=1"},
+		{"request", []string{"PATH=/bin"}, map[string]string{"TERM": "xterm", "LD_PRELOAD": "/t/x.so", "LD_AUDIT": "/t/a.so", "LD_": "x"}, "PATH=/bin TERM=xterm"},
+		{"request over recorded", []string{"PATH=/bin", "TERM=dumb"}, map[string]string{"TERM": "xterm"}, "PATH=/bin TERM=xterm"},
+		{"request cannot smuggle one", []string{"PATH=/bin"}, map[string]string{"X=1\x00LD_PRELOAD": "/t/x.so", "": "y"}, "PATH=/bin"},
+		{"not a loader variable", []string{"OLD_PRELOAD=1"}, map[string]string{"MY_LD_PATH": "2"}, "OLD_PRELOAD=1 MY_LD_PATH=2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strings.Join(execEnv(tc.recorded, tc.extra), " "); got != tc.want {
+				t.Errorf("execEnv = %q, want %q", got, tc.want)
 			}
 		})
 	}

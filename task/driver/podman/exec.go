@@ -7,6 +7,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/berth/berth/task/driver"
@@ -41,14 +42,7 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 	if req.Stdin != nil {
 		args = append(args, "--interactive")
 	}
-	keys := make([]string, 0, len(req.Env))
-	for k := range req.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		args = append(args, "--env", k+"="+req.Env[k])
-	}
+	args = append(args, execEnvArgs(req.Env)...)
 	args = append(args, h.id)
 	args = append(args, req.Cmd...)
 	cmd := osexec.Command(h.d.bin, args...)
@@ -76,4 +70,21 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 		return ee.ExitCode(), nil
 	}
 	return -1, fmt.Errorf("podman exec in container %s: %w", h.name, err)
+}
+
+// execEnvArgs are podman exec's --env flags for the request's variables,
+// sorted, without the loader's (driver.LoaderVar).
+func execEnvArgs(env map[string]string) []string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		if k != "" && !strings.Contains(k, "=") && !driver.LoaderVar(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var args []string
+	for _, k := range keys {
+		args = append(args, "--env", k+"="+env[k])
+	}
+	return args
 }

@@ -53,6 +53,14 @@ func TestSecPodmanPrivileged(t *testing.T) {
 	}
 }
 
+// podman exec is given the request's variables without the loader's.
+func TestSecPodmanExecEnvDropsLoaderVars(t *testing.T) {
+	got := strings.Join(execEnvArgs(map[string]string{"TERM": "xterm", "LD_PRELOAD": "/t/x.so", "LD_LIBRARY_PATH": "/t", "A=B": "c", "MY_LD": "1"}), " ")
+	if want := "--env MY_LD=1 --env TERM=xterm"; got != want {
+		t.Errorf("execEnvArgs = %q, want %q", got, want)
+	}
+}
+
 // podman exec takes the container's user (its configuration, podman's
 // record), whatever its processes became, and gets nothing but 0-2.
 func TestSecPodmanExecIdentity(t *testing.T) {
