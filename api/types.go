@@ -355,8 +355,9 @@ type TaskStub struct {
 }
 
 // ExitText is how an exit status reads in a table: empty while the task
-// has not ended, "not started" for a task that never ran, the code (and
-// the signal) once it exited.
+// has not ended, "not started" for a task that never ran, "unknown" for
+// one that ran while no agent could see its end, the code (and the
+// signal) once it exited.
 func ExitText(state string, notStarted bool, code, signal int) string {
 	switch {
 	case state != "dead":
@@ -365,6 +366,10 @@ func ExitText(state string, notStarted bool, code, signal int) string {
 		return "not started"
 	case signal != 0:
 		return fmt.Sprintf("%d (signal %d)", code, signal)
+	case code < 0:
+		// No process exits below 0: berth recorded that it cannot know
+		// (the task ended while no agent could see it).
+		return "unknown"
 	}
 	return strconv.Itoa(code)
 }

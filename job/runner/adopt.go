@@ -207,9 +207,7 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 			// Its work may be done: running it again could do it twice.
 			a.log.Warn("an unrecorded task ran and could not be adopted; its exit cannot be known, not run again", "task", ts.Name, "err", err)
 			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (started by an earlier agent that did not record it): not run again", ts.Name, err))
-			a.setTask(i, func(ts *store.TaskState) {
-				ts.State, ts.Handle, ts.Failed, ts.ExitCode = "dead", nil, true, -1
-			})
+			a.setTask(i, exitUnknown)
 			mark() // the run must see it dead, not start it
 			continue
 		case errors.Is(err, driver.ErrExitUnknown):
@@ -459,9 +457,7 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 			// Its work may be done: running it again could do it twice.
 			a.log.Warn("task not re-attached and its exit cannot be known; not run again", "task", ts.Name, "err", err)
 			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (it ended while no agent ran, and what recorded its exit is gone): not run again", ts.Name, err))
-			a.setTask(i, func(ts *store.TaskState) {
-				ts.State, ts.Handle, ts.Failed, ts.ExitCode = "dead", nil, true, -1
-			})
+			a.setTask(i, exitUnknown)
 			continue
 		}
 		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
@@ -472,6 +468,14 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 		})
 	}
 	return handles
+}
+
+// exitUnknown records a task that ran and whose exit cannot be known:
+// dead and failed, its exit code -1 (shown "unknown"), and Exited, since
+// that is all that will ever be known of its end: it is neither run again
+// nor taken for a task that never started.
+func exitUnknown(ts *store.TaskState) {
+	ts.State, ts.Handle, ts.Failed, ts.ExitCode, ts.Signal, ts.Exited = "dead", nil, true, -1, 0, true
 }
 
 // exitedHandle is a task whose exit was recorded before the agent that

@@ -793,6 +793,13 @@ func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res
 		// restart policy too.
 		a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
 	}
+	if errors.Is(err, driver.ErrExitUnknown) && a.job.RunsToCompletion() {
+		// The start failed half-way and the task may have run: running
+		// it again could do its work twice.
+		a.event(EventExitUnknown, fmt.Sprintf("task %s: its start got no answer and it may have run; how it ended cannot be known: not run again", t.Name))
+		a.setTask(i, exitUnknown)
+		return false, fmt.Errorf("task %q: %w", t.Name, err)
+	}
 	if forced.fatal {
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
 		return false, fmt.Errorf("task %q: killed: its template's change_script failed (fail_on_error)", t.Name)

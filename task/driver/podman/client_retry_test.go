@@ -2,6 +2,8 @@ package podman
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -54,6 +56,54 @@ func TestRetryAfterServiceDied(t *testing.T) {
 			}
 			if !tc.retried && (err == nil || calls.Load() != 1) {
 				t.Errorf("%s: err %v, calls %d: want the error, not a second request", tc.method, err, calls.Load())
+			}
+		})
+	}
+}
+
+// A start that got no answer (the service died under it, as the chaos
+// suite makes it) is asked about: a container that ran is supervised, not
+// removed and run again; one that never ran is abandoned as before; an
+// answer from podman, or podman that cannot be asked, is no start.
+func TestStartedAnyway(t *testing.T) {
+	noAnswer := errors.New("podman API POST /containers/x/start: EOF")
+	for _, tc := range []struct {
+		name     string
+		startErr error
+		status   int
+		state    string
+		started  bool
+		askErr   bool
+	}{
+		{"ran and exited", noAnswer, http.StatusOK, "exited", true, false},
+		{"running", noAnswer, http.StatusOK, "running", true, false},
+		{"never ran", noAnswer, http.StatusOK, "created", false, false},
+		{"gone", noAnswer, http.StatusNotFound, "", false, false},
+		{"cannot ask", noAnswer, http.StatusInternalServerError, "", false, true},
+		{"podman answered", &APIError{Op: "POST start", Status: http.StatusInternalServerError}, http.StatusOK, "exited", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "p.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.status == http.StatusNotFound {
+					w.WriteHeader(tc.status)
+					_, _ = w.Write([]byte(`{"cause":"no such container","message":"no container with name or ID x found"}`))
+					return
+				}
+				w.WriteHeader(tc.status)
+				_, _ = fmt.Fprintf(w, `{"Id":"x","State":{"Status":%q}}`, tc.state)
+			})}
+			go func() { _ = srv.Serve(l) }()
+			t.Cleanup(func() { srv.Close() })
+			d := &Driver{c: newClient(sock)}
+			defer d.c.close()
+			started, ierr := d.startedAnyway(context.Background(), "x", tc.startErr)
+			if started != tc.started || (ierr != nil) != tc.askErr {
+				t.Errorf("startedAnyway = %v, %v; want %v, error %v", started, ierr, tc.started, tc.askErr)
 			}
 		})
 	}

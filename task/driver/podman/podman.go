@@ -291,8 +291,17 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 		}
 	}
 	if err := d.c.start(ctx, id); err != nil {
-		d.abandon(h)
-		return nil, fmt.Errorf("podman: starting container %s: %w", name, err)
+		started, ierr := d.startedAnyway(ctx, id, err)
+		if !started {
+			d.abandon(h)
+			if ierr != nil {
+				// It may have run: the caller must not take this for a
+				// task that never started and run it again.
+				return nil, fmt.Errorf("podman: starting container %s: %w (and it cannot be told whether it ran: %v): %w", name, err, ierr, driver.ErrExitUnknown)
+			}
+			return nil, fmt.Errorf("podman: starting container %s: %w", name, err)
+		}
+		d.log.Warn("the start of a container got no answer, but the container ran; it is supervised", "container", name, "err", err)
 	}
 	// conmon writes its PID file before start returns.
 	if h.conmon, err = openConmon(pidFile, id); err != nil {
@@ -303,6 +312,30 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	}
 	d.log.Debug("started container", "container", name, "id", id, "alloc_id", t.AllocID, "task", t.TaskName)
 	return h, nil
+}
+
+// startedAnyway asks, after a start that got no answer (the service died
+// mid-request, which the chaos suite does), whether the container ran all
+// the same: conmon starts it whatever happens to the service after the
+// request arrived, and a batch task that ran must be supervised, not
+// removed and run again. An answer from podman (an APIError) or a
+// cancelled ctx (a stop during start) is a start that is abandoned as
+// before. ierr is set when podman cannot be asked.
+func (d *Driver) startedAnyway(ctx context.Context, id string, startErr error) (started bool, ierr error) {
+	var apiErr *APIError
+	if errors.As(startErr, &apiErr) || ctx.Err() != nil {
+		return false, nil
+	}
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	st, err := d.c.inspect(ictx, id) // a GET: the client starts the service again if it is gone
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	return !neverStarted(st.State.Status), nil
 }
 
 // abandon removes what a failed Start created. It runs on its own context:
