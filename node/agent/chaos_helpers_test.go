@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"crypto/sha512"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/network/attach"
 	"github.com/berth/berth/network/cni"
+	"github.com/berth/berth/network/evidence"
 	"github.com/berth/berth/network/hostclean"
 	"github.com/berth/berth/store"
 )
@@ -65,6 +68,17 @@ type invariantOpts struct {
 	// inFlight allows allocations the live agent is still starting
 	// (pending, owned by it): a periodic job always has some.
 	inFlight bool
+	// quick checks a running allocation's tasks against the one podman
+	// listing and its namespace by its path, without CNI CHECK or
+	// services, and leaves to the live agent the allocations of ongoing
+	// it owns: the pass TestChaosRandom makes after every kill (the whole
+	// one every few kills).
+	quick bool
+	// ongoing names jobs whose allocations the live agent starts and ends
+	// all the time (a periodic batch job): a quick pass checks of the
+	// non-terminal ones it owns only that no task has two instances, and
+	// does not wait for them to settle (the whole pass does).
+	ongoing map[string]bool
 }
 
 // hostView is what runs on the host for allocations, read once per
@@ -73,12 +87,13 @@ type invariantOpts struct {
 type hostView struct {
 	supervisors map[string][]string // alloc ID -> "pid P task T"
 	containers  map[string][]string // alloc ID -> "ID state task"
+	ctrState    map[string]string   // full container ID -> state
 	cache       []string
 	rules       []string
 }
 
 func readHost(ctx context.Context) (*hostView, error) {
-	v := &hostView{supervisors: map[string][]string{}, containers: map[string][]string{}}
+	v := &hostView{supervisors: map[string][]string{}, containers: map[string][]string{}, ctrState: map[string]string{}}
 	des, _ := os.ReadDir("/proc")
 	for _, de := range des {
 		var pid int
@@ -109,6 +124,7 @@ func readHost(ctx context.Context) (*hostView, error) {
 			return nil, fmt.Errorf("podman ps: %w", err)
 		}
 		for _, c := range cs {
+			v.ctrState[c.ID] = c.State
 			if id := c.Labels["berth.alloc_id"]; id != "" {
 				v.containers[id] = append(v.containers[id], fmt.Sprintf("%.12s %s %s", c.ID, c.State, c.Labels["berth.task"]))
 			}
@@ -149,8 +165,10 @@ func (v *hostView) instances(id, task string) []string {
 // per task, the namespace there and passing CNI CHECK, services
 // registered) nor terminal with nothing of them left. With o.inFlight,
 // allocations created after since that are not terminal yet are the live
-// agent's business and skipped. The allocations are read before the host,
-// so that what a terminal one left is no race with its teardown.
+// agent's business and skipped (with o.quick, those of o.ongoing created
+// at any time). The allocations are read before the host, so that what a
+// terminal one left is no race with its teardown; a terminal one is read
+// from its job's listing, which says all that is checked of it.
 func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o invariantOpts, since time.Time) []string {
 	var out []string
 	st, err := store.Open(ctx, e.cfg.DataDir, store.Options{})
@@ -166,6 +184,10 @@ func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o
 			continue
 		}
 		for _, s := range stubs {
+			if s.Status != api.AllocRunning && s.Status != api.AllocPending {
+				allocs = append(allocs, &api.Allocation{ID: s.ID, JobID: s.JobID, Status: s.Status, Network: &api.NetworkStatus{NetnsPath: s.NetnsPath}})
+				continue
+			}
 			a, err := c.Allocation(ctx, s.ID)
 			if err != nil {
 				if !strings.Contains(err.Error(), "not found") { // retention removed it meanwhile
@@ -185,9 +207,17 @@ func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o
 		if o.inFlight && !terminal && a.CreatedAt.After(since) && a.OwnerPID == agentPID {
 			continue
 		}
+		if o.quick && o.ongoing[a.JobID] && !terminal && a.OwnerPID == agentPID {
+			for _, ts := range a.Tasks {
+				if ins := v.instances(a.ID, ts.Name); len(ins) > 1 {
+					out = append(out, fmt.Sprintf("allocation %s of %s (%s): task %s has %d instances: %s", a.ID, a.JobID, a.Status, ts.Name, len(ins), strings.Join(ins, ", ")))
+				}
+			}
+			continue
+		}
 		switch a.Status {
 		case api.AllocRunning:
-			out = append(out, e.runningViolations(ctx, st, v, a, agentPID, o.services[a.JobID], o.inFlight)...)
+			out = append(out, e.runningViolations(ctx, st, v, a, agentPID, o.services[a.JobID], o)...)
 		case api.AllocPending:
 			out = append(out, fmt.Sprintf("allocation %s of %s: pending, owner pid %d (agent %d)", a.ID, a.JobID, a.OwnerPID, agentPID))
 		default:
@@ -199,7 +229,7 @@ func (e *testEnv) violations(ctx context.Context, c *api.Client, agentPID int, o
 	return out
 }
 
-func (e *testEnv) runningViolations(ctx context.Context, st *store.Store, v *hostView, a *api.Allocation, agentPID int, services, inFlight bool) []string {
+func (e *testEnv) runningViolations(ctx context.Context, st *store.Store, v *hostView, a *api.Allocation, agentPID int, services bool, o invariantOpts) []string {
 	var out []string
 	bad := func(format string, args ...any) {
 		out = append(out, fmt.Sprintf("running allocation %s of %s: ", a.ID, a.JobID)+fmt.Sprintf(format, args...))
@@ -214,7 +244,7 @@ func (e *testEnv) runningViolations(ctx context.Context, st *store.Store, v *hos
 			running++
 		}
 	}
-	if inFlight && running == 0 {
+	if o.inFlight && running == 0 {
 		// Starting its tasks, or finishing: the live agent's business.
 		return out
 	}
@@ -225,18 +255,22 @@ func (e *testEnv) runningViolations(ctx context.Context, st *store.Store, v *hos
 			if ts.State != "dead" {
 				bad("task %s is %s (handle %v)", ts.Name, ts.State, ts.Handle != nil)
 			}
-		case !handleAlive(ctx, ts.Handle):
+		case !v.alive(ctx, ts.Handle, o.quick):
 			bad("task %s is not alive (%+v)", ts.Name, *ts.Handle)
 		case len(ins) != 1:
 			bad("task %s has %d instances: %s (containers of it: %v)", ts.Name, len(ins), strings.Join(ins, ", "), v.containers[a.ID])
 		}
 	}
 	if a.Network != nil && a.Network.NetnsPath != "" {
-		if err := checkAttachment(ctx, st, e.cfg.CNIPath, a.ID); err != nil {
+		if o.quick {
+			if !netnsExists(a.Network.NetnsPath) {
+				bad("namespace %s missing", a.Network.NetnsPath)
+			}
+		} else if err := checkAttachment(ctx, st, e.cfg.CNIPath, a.ID); err != nil {
 			bad("%v", err)
 		}
 	}
-	if services && len(a.Services) == 0 {
+	if services && !o.quick && len(a.Services) == 0 {
 		bad("no service registered")
 	}
 	return out
@@ -264,6 +298,21 @@ func checkAttachment(ctx context.Context, st *store.Store, cniPath []string, id 
 		return fmt.Errorf("CNI CHECK of %s: %w", rec.NetnsPath, err)
 	}
 	return nil
+}
+
+// alive reports whether the task of handle h runs: quick takes a
+// container's state from the listing v was read with, else podman
+// inspects it now.
+func (v *hostView) alive(ctx context.Context, h *api.TaskHandle, quick bool) bool {
+	if quick && h.Driver == "podman" {
+		for id, state := range v.ctrState {
+			if h.ContainerID != "" && strings.HasPrefix(id, h.ContainerID) {
+				return state == "running"
+			}
+		}
+		return false
+	}
+	return handleAlive(ctx, h)
 }
 
 func handleAlive(ctx context.Context, h *api.TaskHandle) bool {
@@ -380,4 +429,234 @@ func (e *testEnv) stopAndDrain(t *testing.T, c *api.Client, p *agentProc, jobs [
 		t.Errorf("after the stop and drain attachment %s is still recorded (phase %s)", r.ID, r.Phase)
 	}
 	e.assertHostAsBefore(t, before)
+}
+
+// uuidRE finds an allocation ID in the name of what the host holds for it
+// (its namespace, container, supervisor, cgroup, libcni cache entry).
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// pluginSharedChain reports whether chain is one the firewall and portmap
+// plugins share among attachments (hostclean.TidySharedChains removes
+// them once nothing uses them); every other CNI-* chain is one
+// attachment's.
+func pluginSharedChain(chain string) bool {
+	return strings.HasPrefix(chain, "CNI-HOSTPORT-") || chain == "CNI-FORWARD" || chain == "CNI-ADMIN"
+}
+
+// allocStatuses reads the status of every allocation the agent's store
+// records.
+func (e *testEnv) allocStatuses(ctx context.Context) (map[string]store.AllocStatus, error) {
+	st, err := store.Open(ctx, e.cfg.DataDir, store.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", e.cfg.DataDir, err)
+	}
+	defer st.Close()
+	all, err := st.ListAllocations(ctx, store.AllocFilter{})
+	if err != nil {
+		return nil, fmt.Errorf("list allocations of %s: %w", e.cfg.DataDir, err)
+	}
+	out := make(map[string]store.AllocStatus, len(all))
+	for _, a := range all {
+		out[a.ID] = a.Status
+	}
+	return out, nil
+}
+
+// attachmentChain is the name the bridge (prefix "") and portmap ("DN-")
+// plugins give an attachment's own chain (FormatChainName and
+// MustFormatChainNameWithPrefix of containernetworking/plugins'
+// pkg/utils): a chain emptied or made by a plugin that died names its
+// attachment by nothing else.
+func attachmentChain(network, id, prefix string) string {
+	return fmt.Sprintf("CNI-%s%x", prefix, sha512.Sum512([]byte(network+id)))[:28]
+}
+
+// vethPeers maps each host veth to the named namespace its peer is in
+// (`ip -o link` prints "link-netns NAME"), or to its whole line when the
+// peer's namespace has no name.
+func vethPeers(ctx context.Context) (map[string]string, error) {
+	out, err := exec.CommandContext(ctx, "ip", "-o", "link", "show", "type", "veth").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip link show type veth: %w", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+		m[name] = "?" + line
+		for i := 2; i+1 < len(f); i++ {
+			if f[i] == "link-netns" {
+				m[name] = f[i+1]
+			}
+		}
+	}
+	return m, nil
+}
+
+// strays lists what the host has that it had not before (the leak
+// check's snapshot: namespaces, veths, bridges, leases, CNI chains and
+// rules, libcni cache, containers, supervisors, cgroups) and that no live
+// allocation of this agent accounts for: each thing is traced to the
+// allocation it is of (by the ID in its name, a lease's holder, a rule's
+// marker or address, a veth's peer namespace, a chain's rules), and that
+// allocation must be running or pending. What the plugins share among
+// attachments (the test network's bridge, the shared chains and the jumps
+// to them) is not an allocation's. The store is read before and after the
+// host, so that an allocation being started (recorded before its
+// namespace) or torn down (recorded terminal after its DEL) meanwhile is
+// live in one of the reads.
+func (e *testEnv) strays(ctx context.Context, before testenv.Snapshot) []string {
+	first, err := e.allocStatuses(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	now, err := testenv.TakeSnapshot(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("host snapshot: %v", err)}
+	}
+	veths, err := vethPeers(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	leases, _ := evidence.ReadAllLeases(evidence.HostLocalDir)
+	second, err := e.allocStatuses(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	byIP := map[string]string{}
+	for _, l := range leases {
+		byIP[l.IP.String()] = l.ID
+	}
+	chainOwner := map[string]string{}
+	for _, m := range []map[string]store.AllocStatus{first, second} {
+		for id := range m {
+			for _, prefix := range []string{"", "DN-"} {
+				chainOwner[attachmentChain(e.net.Name, id, prefix)] = id
+			}
+		}
+	}
+	live := func(id string) bool {
+		return (first[id] != "" && !first[id].Terminal()) || (second[id] != "" && !second[id].Terminal())
+	}
+	status := func(id string) string {
+		if s := second[id]; s != "" {
+			return string(s)
+		}
+		return "no longer recorded"
+	}
+	// A rule: "<tool> <table> -A <chain> ..."; a chain: "<tool> <table> chain <name>".
+	type rule struct{ key, chain, jump, owner string }
+	var rules []rule
+	var out []string
+	for _, k := range testenv.Leaked(before, now) {
+		kind, rest, _ := strings.Cut(k, " ")
+		owner := ""
+		switch kind {
+		case "netns":
+			owner = rest
+		case "veth":
+			owner = veths[rest]
+			if strings.HasPrefix(owner, "?") {
+				out = append(out, fmt.Sprintf("%s: its peer is in no named namespace (%s; namespace IDs: %s)", k, owner[1:], netnsIDs(ctx)))
+				continue
+			}
+			if owner == "" {
+				continue // gone since the snapshot
+			}
+		case "bridge":
+			if rest == e.net.Bridge {
+				continue
+			}
+		case "lease":
+			id, _, err := evidence.ReadLease(rest)
+			if err != nil {
+				continue // released since the snapshot
+			}
+			owner = id
+		case "iptables-save", "ip6tables-save":
+			_, line, _ := strings.Cut(rest, " ")
+			if name, ok := strings.CutPrefix(line, "chain "); ok {
+				rules = append(rules, rule{key: k, chain: name})
+				continue
+			}
+			r := rule{key: k, jump: evidence.Rule{Line: line}.Jump()}
+			if f := strings.Fields(line); len(f) > 1 {
+				r.chain = f[1]
+			}
+			if _, id, ok := evidence.ParseMarker(line); ok {
+				r.owner = id
+			} else if ip, ok := evidence.FirewallIP(line); ok {
+				if r.owner = byIP[ip.String()]; r.owner == "" {
+					r.owner = "no lease holds " + ip.String()
+				}
+			}
+			if r.owner != "" {
+				for _, c := range []string{r.chain, r.jump} {
+					if strings.HasPrefix(c, "CNI-") && !pluginSharedChain(c) {
+						chainOwner[c] = r.owner
+					}
+				}
+			}
+			rules = append(rules, r)
+			continue
+		default:
+			owner = uuidRE.FindString(rest)
+		}
+		switch {
+		case owner == "":
+			out = append(out, k+": of no allocation")
+		case !live(owner):
+			out = append(out, fmt.Sprintf("%s: of allocation %s, %s", k, owner, status(owner)))
+		}
+	}
+	for _, r := range rules {
+		owner := r.owner
+		if owner == "" {
+			owner = chainOwner[r.chain]
+		}
+		if owner == "" && r.jump != "" {
+			owner = chainOwner[r.jump]
+		}
+		switch {
+		case owner != "" && !live(owner):
+			out = append(out, fmt.Sprintf("%s: of allocation %s, %s", r.key, owner, status(owner)))
+		case owner != "":
+		case pluginSharedChain(r.jump), pluginSharedChain(r.chain) && !strings.HasPrefix(r.jump, "CNI-"):
+			// The shared chains, the jumps to them and their own rules.
+		default:
+			out = append(out, r.key+": of no allocation")
+		}
+	}
+	return out
+}
+
+// netnsIDs is `ip netns list-id`, to tell what a veth's peer is in.
+func netnsIDs(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list-id").CombinedOutput()
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(strings.Fields(string(out)), " ")
+}
+
+// waitStrays waits (at most d) until the host holds nothing new that no
+// live allocation accounts for (strays), and fails the test with what is
+// left if it never does.
+func (e *testEnv) waitStrays(t *testing.T, before testenv.Snapshot, d time.Duration) {
+	t.Helper()
+	ctx := testenv.Context(t, d+time.Minute)
+	deadline := time.Now().Add(d)
+	for {
+		s := e.strays(ctx, before)
+		if len(s) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host still holds, %s after the kill, %d things no live allocation accounts for:\n  %s", d, len(s), strings.Join(s, "\n  "))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

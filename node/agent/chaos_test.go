@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,16 +22,22 @@ import (
 )
 
 // Environment of TestChaosRandom: the seed to replay, and how many kills
-// a run makes (default chaosKills).
+// a run makes (default chaosKills). Every chaosFullEvery kills, and at
+// the end, the whole invariants are checked; after the others, the quick
+// ones.
 const (
-	chaosSeedEnv  = "BERTH_CHAOS_SEED"
-	chaosKillsEnv = "BERTH_CHAOS_KILLS"
-	chaosKills    = 10
+	chaosSeedEnv   = "BERTH_CHAOS_SEED"
+	chaosKillsEnv  = "BERTH_CHAOS_KILLS"
+	chaosKills     = 50
+	chaosFullEvery = 5
 )
 
 // randomSeedJob is the README's seed job: podman, every second, its own
 // network namespace; a batch task with no restart, so that a task run
-// twice shows as a restart.
+// twice shows as a restart. Each run appends its allocation's ID to a
+// file of the host volume bcr-runs (the test's directory), which outlives
+// the allocation: a task run twice shows there too, whatever the
+// allocation's record says.
 const randomSeedJob = `job "bcr-seed" {
   type = "batch"
   periodic {
@@ -44,12 +52,20 @@ const randomSeedJob = `job "bcr-seed" {
     network {
       mode = "cni/private"
     }
+    volume "runs" {
+      type   = "host"
+      source = "bcr-runs"
+    }
     task "sleep" {
       driver = "podman"
+      volume_mount {
+        volume      = "runs"
+        destination = "/runs"
+      }
       config {
         image   = "localhost/busybox:latest"
         command = "/bin/sh"
-        args    = ["-c", "exit 0"]
+        args    = ["-c", "echo $NOMAD_ALLOC_ID >> /runs/runs"]
       }
     }
   }
@@ -116,10 +132,14 @@ var chaosVictims = []struct {
 // TestChaosRandom SIGKILLs, at random moments, the agent (restarted each
 // time), a task supervisor, a container's conmon or the agent's podman
 // service, under the seed job (podman, every second, private network)
-// and a service job, and checks the invariants after each kill; then
+// and a service job. After each kill it waits for the quick invariants
+// (every allocation running with its tasks alive and its namespace
+// there, or terminal with nothing left; no batch task run twice), every
+// chaosFullEvery kills for the whole ones (CNI CHECK, services, and
+// nothing on the host that no live allocation accounts for); then it
 // stops both jobs and drains: nothing may be left, and no batch task may
 // have run twice. BERTH_CHAOS_SEED replays a seed, BERTH_CHAOS_KILLS
-// sets the number of kills (default 10: a CI run stays short; a soak sets more).
+// sets the number of kills (default 50; a soak sets more).
 func TestChaosRandom(t *testing.T) {
 	requireImage(t)
 	seed := time.Now().UnixNano()
@@ -139,9 +159,13 @@ func TestChaosRandom(t *testing.T) {
 		kills = v
 	}
 	t.Logf("seed %d, %d kills (replay: %s=%d)", seed, kills, chaosSeedEnv, seed)
+	// The kills made, printed again at the end of a failed run's output
+	// (after the agents' logs) with the seed.
+	var schedule []string
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("FAILED with seed %d: replay with %s=%d %s=%d", seed, chaosSeedEnv, seed, chaosKillsEnv, kills)
+			t.Logf("FAILED with seed %d after %d of %d kills: replay with %s=%d %s=%d; the kills:\n  %s",
+				seed, len(schedule), kills, chaosSeedEnv, seed, chaosKillsEnv, kills, strings.Join(schedule, "\n  "))
 		}
 	})
 	rng := rand.New(rand.NewSource(seed))
@@ -151,14 +175,23 @@ func TestChaosRandom(t *testing.T) {
 	c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
 	testenv.Must(t, err)
 	defer c.Close()
+	runsDir := filepath.Join(e.dir, "runs")
+	testenv.Must(t, os.Mkdir(runsDir, 0o755))
+	runs := filepath.Join(runsDir, "runs")
 	cfgPath := e.writeConfig(t)
+	f, err := os.OpenFile(cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	testenv.Must(t, err)
+	_, err = fmt.Fprintf(f, "client {\n  host_volume \"bcr-runs\" {\n    path = %q\n  }\n}\n", runsDir)
+	testenv.Must(t, errors.Join(err, f.Close()))
 	p := e.startBinary(t, cfgPath, c)
 	for _, src := range []string{randomServiceJob, randomSeedJob} {
 		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, src)), "job.hcl")
 		testenv.Must(t, err)
 	}
-	opts := invariantOpts{jobs: []string{"bcr-svc", "bcr-seed"}, services: map[string]bool{"bcr-svc": true}, inFlight: true}
-	e.waitInvariants(t, c, p.cmd.Process.Pid, opts, time.Minute)
+	full := invariantOpts{jobs: []string{"bcr-svc", "bcr-seed"}, services: map[string]bool{"bcr-svc": true}, inFlight: true}
+	quick := full
+	quick.quick, quick.ongoing = true, map[string]bool{"bcr-seed": true}
+	e.waitInvariants(t, c, p.cmd.Process.Pid, full, time.Minute)
 
 	total := 0
 	for _, v := range chaosVictims {
@@ -177,7 +210,8 @@ func TestChaosRandom(t *testing.T) {
 			pick -= v.weight
 		}
 		// A random moment: the seed job launches every second.
-		time.Sleep(time.Duration(rng.Int63n(int64(2500 * time.Millisecond))))
+		time.Sleep(time.Duration(rng.Int63n(int64(2 * time.Second))))
+		at := time.Since(start)
 		what := ""
 		switch victim {
 		case "agent":
@@ -185,7 +219,7 @@ func TestChaosRandom(t *testing.T) {
 				t.Fatal(err)
 			}
 			p = e.startBinary(t, cfgPath, c)
-			what = "agent"
+			what = fmt.Sprintf("agent (the next reconciled %.1fs later)", (time.Since(start) - at).Seconds())
 		default:
 			pid, desc := e.chaosTarget(t, c, victim)
 			if pid == 0 {
@@ -194,7 +228,7 @@ func TestChaosRandom(t *testing.T) {
 					t.Fatal(err)
 				}
 				p = e.startBinary(t, cfgPath, c)
-				what = "agent (no " + victim + " to kill)"
+				what = fmt.Sprintf("agent, no %s to kill (the next reconciled %.1fs later)", victim, (time.Since(start) - at).Seconds())
 				victim = "agent"
 				break
 			}
@@ -205,27 +239,78 @@ func TestChaosRandom(t *testing.T) {
 			}
 		}
 		done[victim]++
-		t.Logf("kill %d/%d at %.1fs: %s", i+1, kills, time.Since(start).Seconds(), what)
-		e.waitInvariants(t, c, p.cmd.Process.Pid, opts, time.Minute)
+		whole := (i+1)%chaosFullEvery == 0
+		schedule = append(schedule, fmt.Sprintf("%d at %.1fs: %s", i+1, at.Seconds(), what))
+		settle := time.Now()
+		if whole {
+			e.waitInvariants(t, c, p.cmd.Process.Pid, full, time.Minute)
+			e.waitStrays(t, before, time.Minute)
+		} else {
+			e.waitInvariants(t, c, p.cmd.Process.Pid, quick, time.Minute)
+		}
+		ranOnce(t, runs, nil)
+		pass := "quick"
+		if whole {
+			pass = "whole"
+		}
+		t.Logf("kill %d/%d at %.1fs: %s (%s invariants held %.1fs later)", i+1, kills, at.Seconds(), what, pass, time.Since(settle).Seconds())
 	}
 	t.Logf("kills by victim: %v in %.1fs", done, time.Since(start).Seconds())
 
-	e.stopAndDrain(t, c, p, opts.jobs, before)
+	e.stopAndDrain(t, c, p, full.jobs, before)
 	// A batch task runs once: with no restart allowed, a restart is a
-	// second run.
+	// second run; and a task recorded as exited 0 did run.
 	st, err := store.Open(context.Background(), e.cfg.DataDir, store.Options{})
 	testenv.Must(t, err)
 	defer st.Close()
 	allocs, err := st.ListAllocations(context.Background(), store.AllocFilter{JobID: "bcr-seed"})
 	testenv.Must(t, err)
+	var exited0 []string
 	for _, a := range allocs {
 		for _, ts := range a.Tasks {
+			if ts.Exited && ts.ExitCode == 0 && ts.Signal == 0 && ts.NotStarted == "" {
+				exited0 = append(exited0, a.ID)
+			}
 			if ts.Restarts > 0 {
 				t.Errorf("batch allocation %s: task %s ran %d times", a.ID, ts.Name, ts.Restarts+1)
 			}
 		}
 	}
-	t.Logf("%d seed allocations recorded (retention bounds it)", len(allocs))
+	n := ranOnce(t, runs, exited0)
+	t.Logf("%d seed runs, none twice; %d seed allocations recorded (retention bounds it), %d with their task exited 0", n, len(allocs), len(exited0))
+}
+
+// ranOnce checks the seed job's record of its runs (one allocation ID a
+// line): no allocation ran its task twice, and each of exited0 (its
+// task recorded as exited 0) ran it.
+// It returns the number of runs.
+func ranOnce(t *testing.T, path string, exited0 []string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("seed job's runs: %v", err)
+	}
+	count := map[string]int{}
+	lines := strings.Fields(string(b))
+	for _, id := range lines {
+		count[id]++
+	}
+	var twice []string
+	for id, n := range count {
+		if n > 1 {
+			twice = append(twice, fmt.Sprintf("%s ran %d times", id, n))
+		}
+	}
+	if len(twice) > 0 {
+		sort.Strings(twice)
+		t.Fatalf("a batch task ran more than once (%s):\n  %s", path, strings.Join(twice, "\n  "))
+	}
+	for _, id := range exited0 {
+		if count[id] == 0 {
+			t.Errorf("seed allocation %s: its task is recorded as exited 0, but it never ran (no line in %s)", id, path)
+		}
+	}
+	return len(lines)
 }
 
 // chaosTarget finds, among what this test's agent runs, the PID to kill
