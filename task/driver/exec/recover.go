@@ -17,6 +17,7 @@ import (
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
 	"github.com/berth/berth/task/driver/exec/supervisor"
+	"golang.org/x/sys/unix"
 )
 
 // Recover re-attaches a task from its recorded handle, after the berth
@@ -279,7 +280,16 @@ func (d *Driver) adopt(ctx context.Context, l driver.Leftover, req driver.FindRe
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	spec, err := pd.taskSpec(d.storeID, req.AllocID, req.Task)
+	// Found by its command line, which any process can forge (a task, with
+	// a setuid binary and a memfd of its own on descriptor 3): only a
+	// process that berth started, root's and running the supervisor
+	// binary, is trusted with the spec that names a cgroup and a status
+	// file the agent acts on.
+	err = d.isSupervisor(pd)
+	var spec *supervisor.Spec
+	if err == nil {
+		spec, err = pd.taskSpec(d.storeID, req.AllocID, req.Task)
+	}
 	pd.close()
 	if err != nil {
 		return nil, err
@@ -329,4 +339,34 @@ func childOf(pid int) int {
 		}
 	}
 	return 0
+}
+
+// isSupervisor checks that p is a process berth started as a supervisor:
+// real user root (a setuid program run by a task keeps the task's) and
+// its executable the supervisor binary this driver runs.
+func (d *Driver) isSupervisor(p *procDir) error {
+	b, err := p.read("status")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Uid:" && f[1] != "0" {
+			return fmt.Errorf("%s runs as user %s, not root: not a supervisor berth started", p.name, f[1])
+		}
+	}
+	bin, err := d.supervisorPath()
+	if err != nil {
+		return err
+	}
+	var want, got unix.Stat_t
+	if err := unix.Stat(bin, &want); err != nil {
+		return fmt.Errorf("stat the supervisor binary %s: %w", bin, err)
+	}
+	if err := unix.Fstatat(int(p.dir.Fd()), "exe", &got, 0); err != nil {
+		return fmt.Errorf("stat %s/exe: %w", p.name, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		return fmt.Errorf("%s/exe is not the supervisor binary %s (replaced since it started, or not berth's)", p.name, bin)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -379,5 +380,43 @@ func TestFindAdoptsUnrecorded(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A process that only looks like a supervisor (its command line can be
+// forged by any task, with a memfd of its own on descriptor 3) is not
+// trusted with adoption: it must be root's by its real user and run the
+// supervisor binary.
+func TestAdoptRefusesForgedSupervisor(t *testing.T) {
+	requireRoot(t)
+	d := NewRawExec(Options{StoreID: testStore})
+	for _, tc := range []struct {
+		name string
+		uid  uint32
+		want string
+	}{
+		{"a task's process", 65534, "not root"},
+		{"root, another binary", 0, "not the supervisor binary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := osexec.Command("/bin/sleep", "30")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: tc.uid, Gid: tc.uid}}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			st, err := proc.ReadStat(cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pd, err := openProc(cmd.Process.Pid, st.StartTime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pd.close()
+			if err := d.isSupervisor(pd); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("isSupervisor = %v, want an error saying %q", err, tc.want)
+			}
+		})
 	}
 }
