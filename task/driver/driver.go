@@ -26,9 +26,10 @@ var (
 	// ErrExitUnknown is returned by Find for a task an earlier berth
 	// started and did not record that ran (a live supervisor, a cgroup
 	// with processes, a container that started) but could neither be
-	// adopted nor tell how it ended: what was left of it is removed. A
-	// task of a job that runs to completion must not be run again (its
-	// work may be done); a service's may.
+	// adopted nor tell how it ended: what was left of it is removed; and
+	// by Start when the start got no answer and whether the task ran
+	// cannot be told. A task of a job that runs to completion must not be
+	// run again (its work may be done); a service's may.
 	ErrExitUnknown = errors.New("task ran, and how it ended cannot be known")
 	// ErrUnknownUser is returned for a task user this node does not have.
 	ErrUnknownUser = errors.New("unknown user")
