@@ -153,7 +153,21 @@ func (r *recorder) NomadReclaimed(kind, rule string, n int) {
 	r.mu.Unlock()
 }
 func (r *recorder) NomadReclaimLatency(time.Duration) {}
-func (r *recorder) NomadConnected(up bool)            { r.mu.Lock(); r.connected = up; r.mu.Unlock() }
+
+// rule is how many reclaims of key ("<kind> <rule>") were counted, once at
+// least want were, or after a few seconds: the janitor counts a sweep's
+// reclaims when the sweep ends, a moment after the host shows them.
+func (r *recorder) rule(key string, want int) int {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r.mu.Lock()
+		n := r.rules[key]
+		r.mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+	}
+}
+func (r *recorder) NomadConnected(up bool) { r.mu.Lock(); r.connected = up; r.mu.Unlock() }
 
 // The continuous mode fails closed: while Nomad does not answer it
 // reclaims nothing (and says so in its metrics); once Nomad answers it
