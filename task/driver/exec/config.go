@@ -89,7 +89,15 @@ var configKeys = drivercfg.Table[*decoder]{
 	drivercfg.Run("pid_mode", func(d *decoder, k string) { d.tc.PIDMode = d.nsMode(k) }).Note(isolatedOnly),
 	drivercfg.Run("ipc_mode", func(d *decoder, k string) { d.tc.IPCMode = d.nsMode(k) }).Note(isolatedOnly),
 	drivercfg.Run("oom_score_adj", func(d *decoder, k string) { d.tc.OOMScoreAdj = d.oomScoreAdj(k) }),
+	drivercfg.Refuse[*decoder]("cgroup_v1_override", whyCgroupOverride),
+	drivercfg.Refuse[*decoder]("cgroup_v2_override", whyCgroupOverride),
 }
+
+// whyCgroupOverride is why a task cannot join a cgroup the job names
+// (Nomad 1.7's keys; 1.6.5 has neither): berth ends every task by killing
+// its own cgroup, which a shared one would make kill others, or miss what
+// the task left there.
+const whyCgroupOverride = "berth keeps each task in a cgroup of its own, so that stopping it ends every process it made (Nomad 1.7's key; Nomad 1.6.5 does not know it): remove it, and set limits with the task's resources block"
 
 // ConfigKeys is the raw_exec and exec drivers' config keys and verdicts,
 // for the README's table.

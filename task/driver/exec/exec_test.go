@@ -169,6 +169,8 @@ func TestValidateConfig(t *testing.T) {
 				CapDrop: []string{"all"}, OOMScoreAdj: 500, DeniedEnvvars: []string{"AWS_*", "SECRET"}}},
 		{name: "bad modes and caps", cfg: map[string]any{"command": "sh", "pid_mode": "shared", "cap_add": []any{"cap_fly"}, "oom_score_adj": int64(-5)},
 			wantErr: []string{`config.pid_mode must be "private" or "host", got "shared"`, `config.cap_add[0] "cap_fly" is not a Linux capability`, "config.oom_score_adj must be from 0 to 1000, got -5"}},
+		{name: "cgroup overrides", cfg: map[string]any{"command": "sh", "cgroup_v2_override": "custom.slice/app", "cgroup_v1_override": map[string]any{"pids": "app"}},
+			wantErr: []string{"config.cgroup_v1_override is not supported: berth keeps each task in a cgroup of its own", "config.cgroup_v2_override is not supported"}},
 		{name: "oom not a number", cfg: map[string]any{"command": "sh", "oom_score_adj": "5"}, wantErr: []string{"config.oom_score_adj must be a whole number, got string"}},
 		{name: "missing command", cfg: map[string]any{}, wantErr: []string{"raw_exec: config.command is required"}},
 		{name: "nil config", cfg: nil, wantErr: []string{"raw_exec: config.command is required"}},
