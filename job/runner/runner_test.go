@@ -183,6 +183,7 @@ func TestServiceWithMappedPort(t *testing.T) {
         image   = "localhost/busybox:latest"
         command = "/bin/sh"
         args    = ["-c", "mkdir -p /www && echo berth-ok > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        ports   = ["http"]
       }
     }`, 28782},
 	}

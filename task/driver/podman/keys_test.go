@@ -83,6 +83,10 @@ func TestConfigKeysApplied(t *testing.T) {
 			probe: "[ -t 1 ] && echo tty", inspect: map[string]string{"Config.Tty": "true"}, stdout: "tty"},
 		{key: "network_mode none", cfg: map[string]any{"network_mode": "none"},
 			probe: "ls /sys/class/net | wc -l", inspect: map[string]string{"HostConfig.NetworkMode": "none"}, stdout: "1\n"},
+		{key: "entrypoint", cfg: map[string]any{"entrypoint": []any{"/bin/echo", "ep"}},
+			inspect: map[string]string{"Config.Entrypoint": "/bin/echo ep"}, stdout: "ep /bin/sh -c"},
+		{key: "userns", cfg: map[string]any{"userns": "host"},
+			probe: "cat /proc/self/uid_map", stdout: "4294967295"}, // the host's whole range; podman 4.3 shows no mode for host,
 		{key: "working_dir", cfg: map[string]any{"working_dir": "/etc"},
 			probe: "pwd", inspect: map[string]string{"Config.WorkingDir": "/etc"}, stdout: "/etc\n"},
 	}
