@@ -319,7 +319,7 @@ func (a *allocRun) serviceRecord(sp *jobspec.Service, task string, vars map[stri
 		if onUpdate == "" {
 			onUpdate = sp.OnUpdate
 		}
-		svc.Checks = append(svc.Checks, store.CheckStatus{Name: checkName(c, name), Type: c.Type, Status: st, OnUpdate: onUpdate})
+		svc.Checks = append(svc.Checks, store.CheckStatus{Name: checkName(c, name, vars), Type: c.Type, Status: st, OnUpdate: onUpdate})
 	}
 	svc.Health = service.Health(svc.Checks)
 	return svc, nil
@@ -336,10 +336,11 @@ func runnableChecks(sp *jobspec.Service) []*jobspec.Check {
 	return out
 }
 
-// checkName is the check's name, or Nomad's default one.
-func checkName(c *jobspec.Check, svc string) string {
+// checkName is the check's name, interpolated as Nomad does, or Nomad's
+// default one.
+func checkName(c *jobspec.Check, svc string, vars map[string]string) string {
 	if c.Name != "" {
-		return c.Name
+		return jobspec.Interpolate(c.Name, vars)
 	}
 	return fmt.Sprintf("service: %q check", svc)
 }
@@ -365,8 +366,8 @@ func (a *allocRun) startChecks(reg *registration, sp *jobspec.Service, vars map[
 			}
 		}
 		probe := service.Probe{
-			Type: c.Type, Target: target, Protocol: c.Protocol, Path: jobspec.Interpolate(c.Path, vars),
-			Method: c.Method, Header: hdr, Body: jobspec.Interpolate(c.Body, vars),
+			Type: c.Type, Target: target, Protocol: jobspec.Interpolate(c.Protocol, vars), Path: jobspec.Interpolate(c.Path, vars),
+			Method: jobspec.Interpolate(c.Method, vars), Header: hdr, Body: jobspec.Interpolate(c.Body, vars),
 			TLSSkipVerify: c.TLSSkipVerify, TLSServerName: c.TLSServerName,
 		}
 		w := a.newCheckWatch(reg, idx, c, sp)

@@ -14,6 +14,9 @@ import (
 
 const readoptServiceJob = `job "btsvc-ra" {
   type = "service"
+  meta {
+    probe_method = "GET"
+  }
   group "web" {
     network {
       mode = "cni/private"
@@ -27,6 +30,9 @@ const readoptServiceJob = `job "btsvc-ra" {
       provider     = "nomad"
       address_mode = "alloc"
       check {
+        # Interpolated at run time, as Nomad does.
+        name         = "alive-${NOMAD_ALLOC_INDEX}"
+        method       = "${NOMAD_META_probe_method}"
         type         = "http"
         path         = "/index.html"
         interval     = "1s"
@@ -79,6 +85,9 @@ func TestSvcReadopted(t *testing.T) {
 	testenv.Must(t, err)
 	old := runningAlloc(t, c, "btsvc-ra")
 	before := passingSince(t, c, "btsvc-ra", t0)
+	if before.Checks[0].Name != "alive-0" {
+		t.Errorf("check name %q, want the interpolated alive-0", before.Checks[0].Name)
+	}
 
 	st, err := p.signal(syscall.SIGTERM, 2*time.Minute)
 	testenv.Must(t, err)
