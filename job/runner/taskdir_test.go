@@ -23,7 +23,7 @@ import (
 
 func stdout(t *testing.T, e *env, a *store.Allocation, task string) string {
 	t.Helper()
-	return readFile(filepath.Join(e.dataDir, "alloc", a.ID, task+".stdout"))
+	return readFile(filepath.Join(e.dataDir, "alloc", a.ID, "alloc", "logs", task+".stdout.0"))
 }
 
 // The task dir layout and its variables, as Nomad's raw_exec: the task

@@ -84,7 +84,7 @@ func newTask(tb testing.TB, netns string, cfg map[string]any) *driver.Task {
 		// As the runner sets it for raw_exec (exec's is /alloc).
 		Env:       map[string]string{"BERTH_TEST": "1", "NOMAD_ALLOC_DIR": driver.SharedDir(dir)},
 		NetnsPath: netns,
-		LogDir:    dir,
+		LogDir:    driver.LogDir(dir),
 		AllocDir:  dir,
 	}
 }
