@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
@@ -119,7 +120,8 @@ func wait(tb testing.TB, h driver.Handle) *driver.ExitResult {
 
 func readLog(tb testing.TB, t *driver.Task, stream string) string {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(t.LogDir, t.TaskName+"."+stream))
+	// Every retained file, as berth's log reader serves them.
+	b, err := logfile.ReadTail(context.Background(), t.LogDir, t.TaskName+"."+stream, 1<<30)
 	if err != nil {
 		tb.Fatal(err)
 	}
