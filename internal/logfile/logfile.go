@@ -182,9 +182,9 @@ func (r *Rotator) Index() int { return r.idx }
 const lineScanLimit = 32 << 10
 
 // Write appends p, rotating whenever the current file is full or the
-// next line would not fit in it (as logmon does; unlike logmon, which
-// counts the bytes of a multi-part write more than once and so rotates
-// early, a file is filled up to MaxSize).
+// next line would not fit in it, as logmon does (unlike logmon, which
+// counts the bytes of a multi-part write more than once near a file's end
+// and so rotates earlier, each byte is counted once).
 func (r *Rotator) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
