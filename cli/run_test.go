@@ -55,7 +55,7 @@ func TestRunInterrupted(t *testing.T) {
 		ents, _ := os.ReadDir("/run/netns")
 		mine := 0
 		for _, e := range ents {
-			if b, err := os.ReadFile(filepath.Join(dataDir, "alloc", e.Name(), "sleeper.stdout")); err == nil || b != nil {
+			if b, err := os.ReadFile(filepath.Join(dataDir, "alloc", e.Name(), "alloc", "logs", "sleeper.stdout.0")); err == nil || b != nil {
 				mine++
 			}
 		}

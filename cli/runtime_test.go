@@ -45,7 +45,7 @@ func taskOutput(t *testing.T, dataDir, task string) string {
 	if len(ents) != 1 {
 		t.Fatalf("%d allocation dirs, want 1", len(ents))
 	}
-	return readFile(filepath.Join(dataDir, "alloc", ents[0].Name(), task+".stdout"))
+	return readFile(filepath.Join(dataDir, "alloc", ents[0].Name(), "alloc", "logs", task+".stdout.0"))
 }
 
 func readFile(p string) string {

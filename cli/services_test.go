@@ -267,7 +267,7 @@ func TestSvcRun(t *testing.T) {
 			client = e.Name()
 		}
 	}
-	logs := readFile(filepath.Join(dataDir, "alloc", client, "reader.stdout"))
+	logs := readFile(filepath.Join(dataDir, "alloc", client, "alloc", "logs", "reader.stdout.0"))
 	if !strings.Contains(logs, "10.199.151."+start[3]+":8080 hello-from-web") {
 		t.Errorf("the client did not reach the web service:\n%s", logs)
 	}

@@ -8,7 +8,7 @@
 # them as flags.
 
 # berth's state: the store (berth.db, owned by one process at a time), task logs
-# (alloc/<id>/<task>.stdout|stderr) and the podman service berth starts.
+# (alloc/<id>/alloc/logs/<task>.stdout.N|stderr.N) and the podman service berth starts.
 data_dir = "/var/lib/berth"
 
 # Where network namespaces are pinned (as `ip netns` does).

@@ -3,71 +3,12 @@ package logfile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"time"
 )
-
-// TailLines returns the offset in f at which its last n lines start (a
-// last line without its newline counts as one). It reads backwards, at
-// most what those lines hold plus a block.
-func TailLines(f *os.File, n int) (int64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	end := fi.Size()
-	if n <= 0 {
-		return end, nil
-	}
-	const block = 32 << 10
-	buf := make([]byte, block)
-	pos := end
-	seen := 0
-	// A final newline ends the last line; it does not start another.
-	skipLast := true
-	for pos > 0 {
-		size := int64(block)
-		if pos < size {
-			size = pos
-		}
-		pos -= size
-		b := buf[:size]
-		if _, err := f.ReadAt(b, pos); err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		for i := len(b) - 1; i >= 0; i-- {
-			if b[i] != '\n' {
-				continue
-			}
-			if skipLast && pos+int64(i) == end-1 {
-				continue
-			}
-			seen++
-			if seen == n {
-				return pos + int64(i) + 1, nil
-			}
-		}
-		skipLast = false
-	}
-	return 0, nil
-}
-
-// TailBytes returns the offset in f of its last n bytes.
-func TailBytes(f *os.File, n int64) (int64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	if n <= 0 || fi.Size() <= n {
-		if n <= 0 {
-			return fi.Size(), nil
-		}
-		return 0, nil
-	}
-	return fi.Size() - n, nil
-}
 
 // FollowOptions say how Follow watches a log.
 type FollowOptions struct {
@@ -81,38 +22,68 @@ type FollowOptions struct {
 	Flush func()
 }
 
-// Follow copies f, the log dir/name opened by OpenLog, from its
-// current offset to w, then what is appended to it, following the
-// Rotator's rotation: when dir/name is a new file, the rest of the old
-// one is copied, then the new one from its start. It returns nil once
-// o.Done is true and everything was read, or ctx's error. It closes f.
-func Follow(ctx context.Context, dir, name string, f *os.File, w io.Writer, o FollowOptions) error {
+// Follow copies the log dir/name from pos to w: the rest of that file,
+// then each newer file name.N, in order, as the Rotator makes them, each
+// opened by OpenLog (a planted one ends it with ErrUnsafe). With o.Done
+// nil it returns once it has read the newest file to its end; else it
+// goes on reading what is written until o.Done is true and everything
+// was read, or ctx ends (its error).
+func Follow(ctx context.Context, dir, name string, pos Position, w io.Writer, o FollowOptions) error {
 	if o.Poll <= 0 {
 		o.Poll = 250 * time.Millisecond
 	}
-	defer func() { f.Close() }()
 	buf := make([]byte, 32<<10)
 	t := time.NewTicker(o.Poll)
 	defer t.Stop()
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	cur, orEqual := pos.Index, true // f is name.<cur>; none yet
 	for {
 		// Asked before the read: what the writer wrote before it was
-		// done is in the file by then.
-		done := o.Done != nil && o.Done()
-		n, err := copyToEOF(f, w, buf)
+		// done is in the files by then.
+		done := o.Done == nil || o.Done()
+		if f != nil {
+			n, err := copyToEOF(f, w, buf)
+			if err != nil {
+				return err
+			}
+			if n > 0 && o.Flush != nil {
+				o.Flush()
+			}
+		}
+		next, err := nextIndex(dir, name, cur, orEqual)
 		if err != nil {
 			return err
 		}
-		if n > 0 && o.Flush != nil {
-			o.Flush()
-		}
-		if next := rotated(dir, name, f); next != nil {
-			// The old file is complete: read its rest, then the new one.
-			if _, err := copyToEOF(f, w, buf); err != nil {
-				next.Close()
+		if next >= 0 {
+			nf, err := OpenLog(dir, name+"."+strconv.Itoa(next))
+			if errors.Is(err, os.ErrNotExist) {
+				// Purged between the listing and the open: look again.
+				cur, orEqual = next, false
+				continue
+			}
+			if err != nil {
 				return err
 			}
-			f.Close()
-			f = next
+			if f != nil {
+				// The writer made next after its last write to f:
+				// f's rest is complete now.
+				if _, err := copyToEOF(f, w, buf); err != nil {
+					nf.Close()
+					return err
+				}
+				f.Close()
+			} else if next == pos.Index && pos.Offset > 0 {
+				if _, err := nf.Seek(pos.Offset, io.SeekStart); err != nil {
+					nf.Close()
+					return fmt.Errorf("%s: %w", nf.Name(), err)
+				}
+			}
+			f, cur, orEqual = nf, next, false
 			continue
 		}
 		if done {
@@ -127,6 +98,21 @@ func Follow(ctx context.Context, dir, name string, f *os.File, w io.Writer, o Fo
 		case <-t.C:
 		}
 	}
+}
+
+// nextIndex returns the lowest index of a file name.N after cur (with
+// orEqual, cur itself too), or -1 when there is none (yet).
+func nextIndex(dir, name string, cur int, orEqual bool) (int, error) {
+	idx, err := Indexes(dir, name)
+	if err != nil {
+		return -1, err
+	}
+	for _, i := range idx {
+		if i > cur || (orEqual && i == cur) {
+			return i, nil
+		}
+	}
+	return -1, nil
 }
 
 func copyToEOF(f *os.File, w io.Writer, buf []byte) (int64, error) {
@@ -147,65 +133,3 @@ func copyToEOF(f *os.File, w io.Writer, buf []byte) (int64, error) {
 		}
 	}
 }
-
-// rotated returns the file that follows f in the rotation when f is no
-// longer dir/name (the Rotator renamed it to name.K: the next is name.K-1,
-// or name itself for K = 1), or nil while f is still dir/name. Following
-// the chain, not jumping to dir/name, loses nothing when the writer
-// rotated more than once between two looks.
-func rotated(dir, name string, f *os.File) *os.File {
-	cur, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	same := func(n string) (*os.File, bool) {
-		nf, err := OpenLog(dir, n)
-		if err != nil {
-			return nil, false
-		}
-		fi, err := nf.Stat()
-		if err != nil {
-			nf.Close()
-			return nil, false
-		}
-		if os.SameFile(cur, fi) {
-			nf.Close()
-			return nil, true
-		}
-		return nf, false
-	}
-	head, isHead := same(name)
-	if isHead {
-		return nil
-	}
-	if head == nil {
-		// The name is between a rename and its new file: next look.
-		return nil
-	}
-	prev := head // name.(k-1), starting with name itself
-	for k := 1; k <= maxRotated; k++ {
-		nf, isF := same(name + "." + strconv.Itoa(k))
-		if isF {
-			if prev != head {
-				head.Close()
-			}
-			return prev
-		}
-		if nf == nil {
-			break
-		}
-		if prev != head {
-			prev.Close()
-		}
-		prev = nf
-	}
-	// f was deleted (rotated past max_files): carry on with the oldest
-	// file left, if other than the newest, else the newest.
-	if prev != head {
-		head.Close()
-	}
-	return prev
-}
-
-// maxRotated bounds the rotated files rotated looks at.
-const maxRotated = 1000

@@ -3,6 +3,7 @@ package logfile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,36 +13,43 @@ import (
 	"time"
 )
 
-func TestTailLines(t *testing.T) {
+// Start finds the last bytes or lines across the rotated files, and the
+// oldest file's start without a tail.
+func TestStart(t *testing.T) {
+	files := map[string]string{"t.3": "a\nb\nc", "t.4": "\nd\n", "t.5": "e\nf\n"}
+	all := "a\nb\nc\nd\ne\nf\n"
 	for _, tc := range []struct {
-		content string
-		n       int
-		want    string
+		bytes int64
+		lines int
+		want  string
 	}{
-		{"a\nb\nc\nd\n", 3, "b\nc\nd\n"},
-		{"a\nb\nc\nd", 3, "b\nc\nd"},
-		{"a\nb\n", 3, "a\nb\n"},
-		{"", 3, ""},
-		{"a\n\n\nb\n", 2, "\nb\n"},
-		{"only", 1, "only"},
-		{"x\n", 1, "x\n"},
-		{string(bytes.Repeat([]byte("0123456789\n"), 10000)), 2, "0123456789\n0123456789\n"},
+		{0, 0, all},
+		{2, 0, "f\n"},
+		{4, 0, "e\nf\n"},
+		{5, 0, "\ne\nf\n"},
+		{6, 0, "d\ne\nf\n"},
+		{100, 0, all},
+		{0, 1, "f\n"},
+		{0, 2, "e\nf\n"},
+		{0, 3, "d\ne\nf\n"},
+		{0, 4, "c\nd\ne\nf\n"},
+		{0, 6, all},
+		{0, 60, all},
 	} {
-		f, err := os.CreateTemp(t.TempDir(), "log")
-		if err != nil {
-			t.Fatal(err)
+		dir := t.TempDir()
+		for n, c := range files {
+			must(t, os.WriteFile(filepath.Join(dir, n), []byte(c), 0o644))
 		}
-		if _, err := f.WriteString(tc.content); err != nil {
-			t.Fatal(err)
+		pos, err := Start(dir, "t", tc.bytes, tc.lines)
+		must(t, err)
+		var out bytes.Buffer
+		must(t, Follow(context.Background(), dir, "t", pos, &out, FollowOptions{}))
+		if out.String() != tc.want {
+			t.Errorf("tail %d bytes, %d lines: %q (from %+v), want %q", tc.bytes, tc.lines, out.String(), pos, tc.want)
 		}
-		off, err := TailLines(f, tc.n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := tc.content[off:]; got != tc.want {
-			t.Errorf("TailLines(%.20q, %d) = %q, want %q", tc.content, tc.n, got, tc.want)
-		}
-		f.Close()
+	}
+	if _, err := Start(t.TempDir(), "t", 0, 0); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("no file: %v, want ErrNotExist", err)
 	}
 }
 
@@ -64,16 +72,12 @@ func TestFollowAcrossRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := OpenBeneath(dir, "t.stdout", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var done atomic.Bool
 	var out lockedBuffer
 	errc := make(chan error, 1)
 	go func() {
 		// A slow look: many rotations in between.
-		errc <- Follow(context.Background(), dir, "t.stdout", f, &out, FollowOptions{Done: done.Load, Poll: 20 * time.Millisecond})
+		errc <- Follow(context.Background(), dir, "t.stdout", Position{}, &out, FollowOptions{Done: done.Load, Poll: 20 * time.Millisecond})
 	}()
 	var want bytes.Buffer
 	for i := 0; i < 3000; i++ {
@@ -99,7 +103,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 	if out.b.String() != want.String() {
 		t.Errorf("followed %d bytes, want %d", out.b.Len(), want.Len())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "t.stdout.20")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "t.stdout.30")); err != nil {
 		t.Errorf("fewer rotations than the test means: %v", err)
 	}
 }

@@ -11,10 +11,12 @@
 package logfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -85,16 +87,26 @@ func openAt(dfd int, dir, name string, flags int, perm os.FileMode) (*os.File, e
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// Rotator is an append-only log file that rotates as Nomad's logmon does:
-// when the current file (<name>) would pass MaxSize bytes, it becomes
-// <name>.1, <name>.1 becomes <name>.2 and so on, and the oldest beyond
-// MaxFiles files in all is deleted. A file present at open is appended to.
+// Rotator is an append-only log written as Nomad's logmon writes one:
+// into <name>.<N> (N from 0), a new file <name>.<N+1> once <name>.<N>
+// holds MaxSize bytes, and only the newest MaxFiles files kept: older
+// ones are removed. Nothing is renamed, so a reader holding a file never
+// sees it change name. At open it appends to the highest-numbered file
+// present (as logmon does after a restart), or starts <name>.<N+1> when
+// that one is full.
+//
+// The directory is opened once, without following a symlink, and every
+// file is opened and removed relative to it: a name planted in it (a
+// symlink, a hard link) is never written through. A new file is made
+// with O_CREAT|O_EXCL; whatever holds its name is removed first.
 type Rotator struct {
 	dir, name string
 	maxFiles  int
 	maxSize   int64
 	perm      os.FileMode
 
+	dfd  int // the directory, O_PATH
+	idx  int
 	f    *os.File
 	size int64
 }
@@ -105,8 +117,9 @@ const (
 	DefaultMaxSize  = 10 << 20
 )
 
-// NewRotator opens (or creates) dir/name for appending. maxFiles < 1 and
-// maxSize < 1 take Nomad's defaults.
+// NewRotator opens dir/name.<N> for appending, N the highest index
+// present (0 when none). maxFiles < 1 and maxSize < 1 take Nomad's
+// defaults.
 func NewRotator(dir, name string, maxFiles int, maxSize int64, perm os.FileMode) (*Rotator, error) {
 	if maxFiles < 1 {
 		maxFiles = DefaultMaxFiles
@@ -114,22 +127,64 @@ func NewRotator(dir, name string, maxFiles int, maxSize int64, perm os.FileMode)
 	if maxSize < 1 {
 		maxSize = DefaultMaxSize
 	}
-	r := &Rotator{dir: dir, name: name, maxFiles: maxFiles, maxSize: maxSize, perm: perm}
-	f, err := OpenBeneath(dir, name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm)
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("log %s: %q is not a file name: %w", filepath.Join(dir, name), name, ErrUnsafe)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("log %s: open directory %s: %w", name, dir, err)
+	}
+	r := &Rotator{dir: dir, name: name, maxFiles: maxFiles, maxSize: maxSize, perm: perm, dfd: dfd}
+	idx, err := r.indexes()
+	if err != nil {
+		unix.Close(dfd)
 		return nil, err
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
+	if len(idx) > 0 {
+		r.idx = idx[len(idx)-1]
+		f, err := openAt(dfd, dir, r.file(r.idx), os.O_WRONLY|os.O_APPEND, perm)
+		switch {
+		case err == nil:
+			fi, serr := f.Stat()
+			if serr == nil && fi.Size() < maxSize {
+				r.f, r.size = f, fi.Size()
+			} else {
+				f.Close()
+				r.idx++
+			}
+		case errors.Is(err, ErrUnsafe):
+			// Not a file of its own (planted): create replaces it.
+		default:
+			r.idx++
+		}
+	}
+	if r.f == nil {
+		if err := r.create(); err != nil {
+			unix.Close(dfd)
+			return nil, err
+		}
+	}
+	if err := r.purge(); err != nil {
+		r.Close()
 		return nil, err
 	}
-	r.f, r.size = f, fi.Size()
 	return r, nil
 }
 
-// Write appends p, rotating first whenever the current file is full; a p
-// larger than a whole file is split across files.
+// Index is the index of the file being written.
+func (r *Rotator) Index() int { return r.idx }
+
+// lineScanLimit is logmon's: within this many bytes of a file's end, a
+// write goes up to its last newline that fits, and the line that does
+// not fit starts the next file, so that lines are not split between
+// files (a line without a newline in sight, longer than what is left,
+// still is).
+const lineScanLimit = 32 << 10
+
+// Write appends p, rotating whenever the current file is full or the
+// next line would not fit in it, as logmon does (unlike logmon, which
+// counts the bytes of a multi-part write more than once near a file's end
+// and so rotates earlier, each byte is counted once).
 func (r *Rotator) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
@@ -139,8 +194,20 @@ func (r *Rotator) Write(p []byte) (int, error) {
 			}
 		}
 		n := int64(len(p))
-		if room := r.maxSize - r.size; n > room {
-			n = room
+		if room := r.maxSize - r.size; room-lineScanLimit < n {
+			fit := p[:min(n, room)]
+			if nl := bytes.LastIndexByte(fit, '\n'); nl >= 0 {
+				n = int64(nl) + 1
+			} else if r.size > 0 && (bytes.IndexByte(p, '\n') >= 0 || (n <= r.maxSize && r.maxSize >= lineScanLimit)) {
+				// The next line (or the unfinished one) goes to a
+				// file of its own.
+				if err := r.rotate(); err != nil {
+					return written, err
+				}
+				continue
+			} else {
+				n = int64(len(fit))
+			}
 		}
 		m, err := r.f.Write(p[:n])
 		written += m
@@ -153,56 +220,97 @@ func (r *Rotator) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-func (r *Rotator) rotated(i int) string { return r.name + "." + strconv.Itoa(i) }
+func (r *Rotator) file(i int) string { return r.name + "." + strconv.Itoa(i) }
 
-func (r *Rotator) rotate() error {
-	dfd, err := unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// indexes lists the directory through its fd, not its path.
+func (r *Rotator) indexes() ([]int, error) {
+	fd, err := unix.Openat(r.dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("rotate %s: open directory: %w", filepath.Join(r.dir, r.name), err)
+		return nil, fmt.Errorf("log %s: list %s: %w", r.name, r.dir, err)
 	}
-	defer unix.Close(dfd)
-	if err := r.f.Close(); err != nil {
-		return fmt.Errorf("rotate %s: %w", filepath.Join(r.dir, r.name), err)
+	d := os.NewFile(uintptr(fd), r.dir)
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("log %s: list %s: %w", r.name, r.dir, err)
 	}
-	r.f = nil
-	// Renames and unlinks act on names, never through a symlink.
-	oldest := r.name
-	if r.maxFiles > 1 {
-		oldest = r.rotated(r.maxFiles - 1)
-	}
-	if err := unix.Unlinkat(dfd, oldest, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("rotate: remove %s: %w", filepath.Join(r.dir, oldest), err)
-	}
-	for i := r.maxFiles - 2; i >= 1; i-- {
-		if err := unix.Renameat(dfd, r.rotated(i), dfd, r.rotated(i+1)); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("rotate: rename %s: %w", filepath.Join(r.dir, r.rotated(i)), err)
+	return indexesOf(names, r.name), nil
+}
+
+// indexesOf returns, ascending, the N of every name.N in names.
+func indexesOf(names []string, name string) []int {
+	var out []int
+	for _, n := range names {
+		s, ok := strings.CutPrefix(n, name+".")
+		if !ok || s == "" || (len(s) > 1 && s[0] == '0') {
+			continue
 		}
-	}
-	if r.maxFiles > 1 {
-		if err := unix.Renameat(dfd, r.name, dfd, r.rotated(1)); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("rotate: rename %s: %w", filepath.Join(r.dir, r.name), err)
+		i, err := strconv.Atoi(s)
+		if err != nil || i < 0 || strconv.Itoa(i) != s {
+			continue
 		}
+		out = append(out, i)
 	}
-	// O_EXCL: whatever holds the name now was put there by someone else
-	// since the rename; it is removed (unlink does not follow) and the
-	// file made anew, once.
+	sort.Ints(out)
+	return out
+}
+
+// create makes name.<idx> anew. O_EXCL: whatever holds the name was put
+// there by someone else; it is removed (unlink does not follow) and the
+// file made anew, once.
+func (r *Rotator) create() error {
 	var f *os.File
+	var err error
 	for try := 0; ; try++ {
-		f, err = openAt(dfd, r.dir, r.name, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, r.perm)
+		f, err = openAt(r.dfd, r.dir, r.file(r.idx), os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, r.perm)
 		if err == nil || try > 0 || !errors.Is(err, unix.EEXIST) {
 			break
 		}
-		_ = unix.Unlinkat(dfd, r.name, 0)
+		_ = unix.Unlinkat(r.dfd, r.file(r.idx), 0)
 	}
 	if err != nil {
-		return fmt.Errorf("rotate: %w", err)
+		return fmt.Errorf("log: %w", err)
 	}
 	r.f, r.size = f, 0
 	return nil
 }
 
-// Close closes the current file.
+func (r *Rotator) rotate() error {
+	if err := r.f.Close(); err != nil {
+		return fmt.Errorf("rotate %s: %w", filepath.Join(r.dir, r.file(r.idx)), err)
+	}
+	r.f = nil
+	r.idx++
+	if err := r.create(); err != nil {
+		return fmt.Errorf("rotate: %w", err)
+	}
+	return r.purge()
+}
+
+// purge removes the files older than the newest maxFiles (by name: unlink
+// acts on the name, never through a symlink).
+func (r *Rotator) purge() error {
+	idx, err := r.indexes()
+	if err != nil {
+		return err
+	}
+	for _, i := range idx {
+		if i > r.idx-r.maxFiles {
+			break
+		}
+		if err := unix.Unlinkat(r.dfd, r.file(i), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("log: remove %s: %w", filepath.Join(r.dir, r.file(i)), err)
+		}
+	}
+	return nil
+}
+
+// Close closes the current file and the directory.
 func (r *Rotator) Close() error {
+	if r.dfd >= 0 {
+		unix.Close(r.dfd)
+		r.dfd = -1
+	}
 	if r.f == nil {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package logfile
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ func TestHarden2OpenLogRefusesPlantedFiles(t *testing.T) {
 		ok    bool
 	}{
 		{"log writer's own file", func(t *testing.T, log, _ string) {
-			r, err := NewRotator(filepath.Dir(log), filepath.Base(log), 1, 1<<20, 0o640)
+			r, err := NewRotator(filepath.Dir(log), "t.stdout", 1, 1<<20, 0o640)
 			must(t, err)
 			_, err = r.Write([]byte("hello\n"))
 			must(t, err)
@@ -40,13 +41,13 @@ func TestHarden2OpenLogRefusesPlantedFiles(t *testing.T) {
 			dir := t.TempDir()
 			secretPath := filepath.Join(t.TempDir(), "shadow")
 			must(t, os.WriteFile(secretPath, []byte(secret), 0o600))
-			log := filepath.Join(dir, "t.stdout")
+			log := filepath.Join(dir, "t.stdout.0")
 			tc.plant(t, log, secretPath)
-			f, err := OpenLog(dir, "t.stdout")
+			f, err := OpenLog(dir, "t.stdout.0")
 			if err == nil {
 				f.Close()
 			}
-			b, terr := ReadTail(dir, "t.stdout", 1<<10)
+			b, terr := ReadTail(context.Background(), dir, "t.stdout", 1<<10)
 			if tc.ok {
 				if err != nil || terr != nil || string(b) != "hello\n" {
 					t.Fatalf("the writer's log: open %v, tail %q %v", err, b, terr)

@@ -227,7 +227,7 @@ func TestKillTimeoutCapped(t *testing.T) {
 	}()
 	<-started
 	// Stop once the trap is set.
-	log := filepath.Join(e.dataDir, "alloc", id, "t.stdout")
+	log := filepath.Join(e.dataDir, "alloc", id, "alloc", "logs", "t.stdout.0")
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if b, _ := os.ReadFile(log); strings.Contains(string(b), "ready") {
 			break
@@ -282,7 +282,7 @@ func TestTaskEnvironment(t *testing.T) {
 	if a == nil || a.Status != store.AllocComplete {
 		t.Fatalf("allocation: %+v", a)
 	}
-	b, err := os.ReadFile(filepath.Join(e.dataDir, "alloc", a.ID, "t.stdout"))
+	b, err := os.ReadFile(filepath.Join(e.dataDir, "alloc", a.ID, "alloc", "logs", "t.stdout.0"))
 	testenv.Must(t, err)
 	if got, want := strings.TrimSpace(string(b)), a.ID+"|"+os.Getenv("HOME")+"|envj|x"; got != want {
 		t.Errorf("task printed %q, want %q", got, want)

@@ -726,7 +726,7 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 	cfg, _ := interpolateConfig(t.Config, vars).(map[string]any)
 	dt := &driver.Task{
 		AllocID: a.alloc.ID, JobName: a.job.ID, GroupName: a.group.Name, TaskName: t.Name,
-		Config: cfg, Env: env, NetnsPath: netns, LogDir: a.dir, AllocDir: a.dir, KillTimeout: a.r.killTimeout(t.KillTimeout),
+		Config: cfg, Env: env, NetnsPath: netns, LogDir: driver.LogDir(a.dir), AllocDir: a.dir, KillTimeout: a.r.killTimeout(t.KillTimeout),
 		User:   t.User,
 		Logs:   driver.LogConfig{MaxFiles: t.Logs.MaxFiles, MaxFileSizeMB: t.Logs.MaxFileSizeMB, Disabled: t.Logs.Disabled},
 		Labels: map[string]string{"berth.job": a.job.ID, "berth.group": a.group.Name},

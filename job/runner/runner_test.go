@@ -301,7 +301,7 @@ func TestThreeTasksShareNamespace(t *testing.T) {
 		}
 	}
 	for _, c := range []string{"client1", "client2"} {
-		b, _ := os.ReadFile(filepath.Join(e.dataDir, "alloc", alloc.ID, c+".stdout"))
+		b, _ := os.ReadFile(filepath.Join(e.dataDir, "alloc", alloc.ID, "alloc", "logs", c+".stdout.0"))
 		if !strings.Contains(string(b), "hello-from-server") {
 			t.Errorf("%s did not reach the server over the shared loopback: %q", c, b)
 		}
@@ -340,7 +340,7 @@ func TestRestartKeepsNetwork(t *testing.T) {
 	if alloc.Status != store.AllocFailed || alloc.Tasks[0].Restarts != 2 || alloc.Tasks[0].ExitCode != 3 || !alloc.Tasks[0].Failed {
 		t.Errorf("want failed after 2 restarts with exit 3; got %s restarts %d exit %d", alloc.Status, alloc.Tasks[0].Restarts, alloc.Tasks[0].ExitCode)
 	}
-	out, _ := os.ReadFile(filepath.Join(e.dataDir, "alloc", alloc.ID, "t.stdout"))
+	out, _ := os.ReadFile(filepath.Join(e.dataDir, "alloc", alloc.ID, "alloc", "logs", "t.stdout.0"))
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != 6 {
 		t.Fatalf("want 3 runs x 2 lines, got %q", out)

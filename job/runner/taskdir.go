@@ -18,11 +18,12 @@ import (
 //	<alloc dir>/alloc/           shared by the group's tasks (NOMAD_ALLOC_DIR)
 //	<alloc dir>/alloc/data/      for the tasks' data
 //	<alloc dir>/alloc/tmp/
+//	<alloc dir>/alloc/logs/      0755 root's: the tasks' logs,
+//	                             <task>.stdout.N, <task>.stderr.N
 //	<alloc dir>/<task>/          the task's working directory
 //	<alloc dir>/<task>/local/    0777, its own files, artifacts, payload (NOMAD_TASK_DIR)
 //	<alloc dir>/<task>/secrets/  0700 (NOMAD_SECRETS_DIR)
 //	<alloc dir>/<task>/tmp/
-//	<alloc dir>/<task>.stdout, .stderr   its logs
 //
 // Nothing in it is mounted: removing the directory removes all of it.
 
@@ -42,6 +43,12 @@ const (
 	secretsMode  = 0o700
 )
 
+// logDirMode keeps alloc/logs berth's: a task reads its logs there as
+// under Nomad, but cannot plant a name in it (a symlink or hard link to a
+// host file) for berth's log writer or readers to come across. Nomad's is
+// 0777 the task user's (node/parity/testdata/expected-differences.txt).
+const logDirMode = 0o755
+
 // payloadMode is Nomad's mode for a dispatch payload file.
 const payloadMode = 0o755
 
@@ -52,6 +59,9 @@ func (a *allocRun) makeAllocDirs() error {
 		if err := mkdirMode(d, sharedMode); err != nil {
 			return fmt.Errorf("allocation directory: %w", err)
 		}
+	}
+	if err := mkdirMode(driver.LogDir(a.dir), logDirMode); err != nil {
+		return fmt.Errorf("allocation directory: %w", err)
 	}
 	return nil
 }

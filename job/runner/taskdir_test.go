@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 
 func stdout(t *testing.T, e *env, a *store.Allocation, task string) string {
 	t.Helper()
-	return readFile(filepath.Join(e.dataDir, "alloc", a.ID, task+".stdout"))
+	return readFile(filepath.Join(e.dataDir, "alloc", a.ID, "alloc", "logs", task+".stdout.0"))
 }
 
 // The task dir layout and its variables, as Nomad's raw_exec: the task
@@ -59,6 +60,25 @@ func TestTaskDirLayout(t *testing.T) {
 	}
 	if got := readFile(filepath.Join(dir, "alloc", "data", "x")); got != "shared\n" {
 		t.Errorf("alloc/data/x: %q", got)
+	}
+	// The logs where Nomad keeps them (alloc/logs/<task>.stdout.N, 0644),
+	// in a directory the tasks read but cannot plant names in.
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{filepath.Join(dir, "alloc", "logs"), os.ModeDir | 0o755},
+		{filepath.Join(dir, "alloc", "logs", "t.stdout.0"), 0o644},
+		{filepath.Join(dir, "alloc", "logs", "t.stderr.0"), 0o644},
+	} {
+		fi, err := os.Lstat(f.path)
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		if fi.Mode() != f.mode || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+			t.Errorf("%s: %v uid %d, want %v berth's", f.path, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid, f.mode)
+		}
 	}
 }
 

@@ -336,7 +336,7 @@ func TestAPI(t *testing.T) {
 		}
 		// Row 10 of issue 10: a task that replaces its log by a symlink
 		// does not get the target served.
-		logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "t.stdout")
+		logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "alloc", "logs", "t.stdout.0")
 		testenv.Must(t, os.Remove(logPath))
 		testenv.Must(t, os.Symlink("/etc/os-release", logPath))
 		resp, err := c.Do(ctx, http.MethodGet, "/v1/allocation/"+id+"/logs/t", nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -148,9 +147,11 @@ func parseSignal(s string) (syscall.Signal, bool) {
 	return syscall.Signal(sig), ok
 }
 
-// handleLogs serves <data_dir>/alloc/<id>/<task>.stdout (or .stderr),
-// from the last tail bytes or lines when asked, and with follow=true what
-// the task writes after, until it is dead. The task must be one of the
+// handleLogs serves the task's stdout (or stderr): every file the log
+// writer keeps in <data_dir>/alloc/<id>/alloc/logs, <task>.stdout.N,
+// oldest first, as Nomad's alloc logs does; from the last tail bytes or
+// lines (across files) when asked, and with follow=true what the task
+// writes after, until it is dead. The task must be one of the
 // allocation's: nothing from the request reaches the path unchecked.
 func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	al, err := a.findAlloc(r.Context(), r.PathValue("id"))
@@ -167,18 +168,20 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dead := a.taskDead(al.ID, task)
-	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+lq.typ
-	f, ok := a.openTaskLog(r.Context(), w, al, task, lq, dead)
+	dir, name := driver.LogDir(filepath.Join(a.cfg.AllocDir(), al.ID)), task+"."+lq.typ
+	pos, ok := a.startTaskLog(r.Context(), w, al, task, lq, dead)
 	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if !lq.follow {
-		defer f.Close()
 		w.WriteHeader(http.StatusOK)
-		// The client may hang up mid-copy: nobody to tell.
-		_, _ = io.Copy(w, f)
+		// The client may hang up mid-copy: nobody to tell. A file
+		// planted after startTaskLog's check ends the copy there.
+		if err := logfile.Follow(r.Context(), dir, name, pos, w, logfile.FollowOptions{}); err != nil && r.Context().Err() == nil {
+			a.log.Warn("reading a log ended early", "alloc_id", al.ID, "task", task, "err", err)
+		}
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -188,8 +191,7 @@ func (a *Agent) handleLogs(w http.ResponseWriter, r *http.Request) {
 	_ = rc.SetWriteDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
-	// Follow closes f, or the file it moved on to.
-	err = logfile.Follow(r.Context(), dir, name, f, w, logfile.FollowOptions{Done: dead, Flush: func() { _ = rc.Flush() }})
+	err = logfile.Follow(r.Context(), dir, name, pos, w, logfile.FollowOptions{Done: dead, Flush: func() { _ = rc.Flush() }})
 	if err != nil && r.Context().Err() == nil {
 		a.log.Warn("following a log ended early", "alloc_id", al.ID, "task", task, "err", err)
 	}
@@ -270,51 +272,36 @@ func (a *Agent) taskDead(allocID, task string) func() bool {
 	}
 }
 
-// openTaskLog opens the task's log (waiting for it when following a task
-// not started yet) at the offset the query asks for, answering the
-// request itself when it cannot.
-func (a *Agent) openTaskLog(ctx context.Context, w http.ResponseWriter, al *store.Allocation, task string, lq logQuery, dead func() bool) (*os.File, bool) {
-	dir, name := filepath.Join(a.cfg.AllocDir(), al.ID), task+"."+lq.typ
-	// The task can write its allocation dir: what is there by that name
-	// is opened only as logfile.OpenLog allows (a task could plant a
-	// symlink or a hard link to /etc/shadow).
-	f, err := logfile.OpenLog(dir, name)
+// startTaskLog finds where the task's log is read from (waiting for it
+// when following a task not started yet), as the query asks, answering
+// the request itself when it cannot.
+func (a *Agent) startTaskLog(ctx context.Context, w http.ResponseWriter, al *store.Allocation, task string, lq logQuery, dead func() bool) (logfile.Position, bool) {
+	dir, name := driver.LogDir(filepath.Join(a.cfg.AllocDir(), al.ID)), task+"."+lq.typ
+	// The task sees alloc/logs: every file there is opened only as
+	// logfile.OpenLog allows (a task could plant a symlink or a hard link
+	// to /etc/shadow), and Start opens each one it will serve.
+	pos, err := logfile.Start(dir, name, lq.tail, lq.lines)
 	for lq.follow && errors.Is(err, os.ErrNotExist) && !dead() {
 		// Not written yet: the task is about to start.
 		select {
 		case <-ctx.Done():
-			return nil, false
+			return pos, false
 		case <-time.After(250 * time.Millisecond):
 		}
-		f, err = logfile.OpenLog(dir, name)
+		pos, err = logfile.Start(dir, name, lq.tail, lq.lines)
 	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", lq.typ, task, al.ID)
-		return nil, false
+		return pos, false
 	case errors.Is(err, logfile.ErrUnsafe):
 		writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %v", lq.typ, task, al.ID, err)
-		return nil, false
+		return pos, false
 	case err != nil:
-		writeErr(w, err)
-		return nil, false
-	}
-	var off int64
-	switch {
-	case lq.tail > 0:
-		off, err = logfile.TailBytes(f, lq.tail)
-	case lq.lines > 0:
-		off, err = logfile.TailLines(f, lq.lines)
-	}
-	if err == nil && off > 0 {
-		_, err = f.Seek(off, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
 		writeErr(w, fmt.Errorf("log %s of allocation %s: %w", name, al.ID, err))
-		return nil, false
+		return pos, false
 	}
-	return f, true
+	return pos, true
 }
 
 // maxExecCommandBytes bounds an exec request's command (its JSON).

@@ -110,7 +110,7 @@ echo last-1; echo last-2; echo last-3`, trig, n, pad)
 	if got != want.String() {
 		t.Errorf("logs -f gave %d bytes, want %d (lost or repeated across rotation?); first difference at byte %d", len(got), want.Len(), firstDiff(got, want.String()))
 	}
-	if _, err := os.Stat(filepath.Join(e.cfg.AllocDir(), al.ID, "t.stdout.1")); err != nil {
+	if _, err := os.Stat(filepath.Join(e.cfg.AllocDir(), al.ID, "alloc", "logs", "t.stdout.1")); err != nil {
 		t.Errorf("the log did not rotate, the test proves less: %v", err)
 	}
 

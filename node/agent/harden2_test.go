@@ -72,7 +72,7 @@ func TestHarden2PlantedLogRefusedByAPIAndUI(t *testing.T) {
 		t.Fatalf("the status page without the task's log: %d", code)
 	}
 
-	logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "t.stdout")
+	logPath := filepath.Join(e.cfg.DataDir, "alloc", id, "alloc", "logs", "t.stdout.0")
 	for _, tc := range []struct {
 		name  string
 		plant func(oldname, newname string) error

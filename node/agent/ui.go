@@ -13,6 +13,7 @@ import (
 	"github.com/berth/berth/network/attach"
 	"github.com/berth/berth/node/ui"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/driver"
 )
 
 // uiSource is what the status page (package ui) reads of the agent, in
@@ -58,10 +59,11 @@ func (s uiSource) Namespaces(ctx context.Context) ([]api.NetnsEntry, error) {
 	return WireNamespaces(list), nil
 }
 
-// LogTail reads the end of <data_dir>/alloc/<id>/<task>.<stream>, as GET
+// LogTail reads the end of the task's log (its files
+// <data_dir>/alloc/<id>/alloc/logs/<task>.<stream>.N), as GET
 // /v1/allocation/{id}/logs/{task} serves it: the task must be one of the
 // allocation's, so nothing from the request reaches the path unchecked,
-// and the file is opened by logfile.OpenLog, as the API's.
+// and every file is opened by logfile.OpenLog, as the API's.
 func (s uiSource) LogTail(ctx context.Context, allocID, task, stream string, max int64) ([]byte, error) {
 	if stream != "stdout" && stream != "stderr" {
 		return nil, fmt.Errorf("log stream %q: use stdout or stderr", stream)
@@ -78,7 +80,7 @@ func (s uiSource) LogTail(ctx context.Context, allocID, task, stream string, max
 		return nil, fmt.Errorf("allocation %s has no task %q: %w", al.ID, task, ui.ErrNotFound)
 	}
 	name := task + "." + stream
-	b, err := logfile.ReadTail(filepath.Join(s.a.node.Config.AllocDir(), al.ID), name, max)
+	b, err := logfile.ReadTail(ctx, driver.LogDir(filepath.Join(s.a.node.Config.AllocDir(), al.ID)), name, max)
 	if errors.Is(err, logfile.ErrUnsafe) {
 		// The page says so instead of showing it: the API answers 403.
 		return nil, fmt.Errorf("the %s log of task %s is not the file berth's log writer made (a link, or another owner's): not shown", stream, task)

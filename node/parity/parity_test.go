@@ -59,11 +59,13 @@ type jobCase struct {
 	name, file, job string
 	meta            []string // K=V, for a dispatch
 	payload         string   // testdata file, for a dispatch
+	logs            bool     // add what the log readers return (logs_test.go)
 }
 
 var cases = []jobCase{
 	{name: "world", file: "world.nomad.hcl", job: "parity-world"},
 	{name: "dispatch", file: "dispatch.nomad.hcl", job: "parity-dispatch", meta: []string{"greeting=hello"}, payload: "payload.txt"},
+	{name: "logs", file: "logs.nomad.hcl", job: "parity-logs", logs: true},
 }
 
 // facts are one task's normalised key=value lines.
@@ -123,7 +125,8 @@ func TestParity(t *testing.T) {
 }
 
 // runBerth runs every case with `berth run` (one run at a time, each with
-// its own data dir) and reads each task's stdout from its allocation dir.
+// its own data dir) and reads each task's stdout from its allocation dir
+// as berth's log reader serves it.
 // It runs in its own goroutine: it returns errors, never fails t.
 func runBerth(t *testing.T, bin string) (output, error) {
 	bridge, iface := "btpar-"+testenv.RandSuffix(4), "btpar"+testenv.RandSuffix(4)
@@ -153,14 +156,21 @@ func runBerth(t *testing.T, bin string) (output, error) {
 		}
 		out[c.name] = map[string]facts{}
 		for _, al := range allocs {
-			logs, _ := filepath.Glob(filepath.Join(dataDir, "alloc", al.Name(), "*.stdout"))
-			for _, l := range logs {
-				b, err := os.ReadFile(l)
+			tasks, err := berthTasks(dataDir, al.Name())
+			if err != nil {
+				return nil, fmt.Errorf("case %s: %w", c.name, err)
+			}
+			for _, task := range tasks {
+				b, err := berthRead(dataDir, al.Name(), task, "stdout", 0)
 				if err != nil {
-					return nil, err
+					return nil, fmt.Errorf("case %s: %w", c.name, err)
 				}
-				task := strings.TrimSuffix(filepath.Base(l), ".stdout")
 				out[c.name][task] = parse(b, dataDir)
+				if c.logs {
+					if err := berthLogFacts(out[c.name][task], dataDir, al.Name(), task, b); err != nil {
+						return nil, fmt.Errorf("case %s: %w", c.name, err)
+					}
+				}
 			}
 		}
 	}
@@ -234,6 +244,11 @@ func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 					return nil, err
 				}
 				out[c.name][task] = parse([]byte(logs), a.DataDir)
+				if c.logs {
+					if err := nomadLogFacts(out[c.name][task], a, al.ID, task, []byte(logs)); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}

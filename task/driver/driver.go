@@ -50,8 +50,9 @@ type Task struct {
 	Env map[string]string
 	// NetnsPath is the group's pinned network namespace; empty means the host's.
 	NetnsPath string
-	// LogDir receives <TaskName>.stdout and <TaskName>.stderr (and the
-	// rotated <TaskName>.stdout.1 ...).
+	// LogDir receives <TaskName>.stdout.N and <TaskName>.stderr.N,
+	// rotated as Nomad's logmon does (logfile.Rotator); with an AllocDir
+	// it is LogDir(AllocDir).
 	LogDir string
 	// AllocDir is the allocation's directory, laid out as Nomad's (see
 	// SharedDir and TaskDir); empty means none (raw_exec only).
@@ -123,6 +124,10 @@ type LogConfig struct {
 // SharedDir is the allocation's directory shared by its tasks
 // (NOMAD_ALLOC_DIR): <alloc dir>/alloc.
 func SharedDir(allocDir string) string { return filepath.Join(allocDir, "alloc") }
+
+// LogDir is where the allocation's task logs go, as Nomad's:
+// <alloc dir>/alloc/logs, seen by the tasks as $NOMAD_ALLOC_DIR/logs.
+func LogDir(allocDir string) string { return filepath.Join(SharedDir(allocDir), "logs") }
 
 // TaskDir is a task's own directory, <alloc dir>/<task>, with local/
 // (NOMAD_TASK_DIR), secrets/ (NOMAD_SECRETS_DIR) and tmp/ in it.

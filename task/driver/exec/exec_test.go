@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth/berth/internal/logfile"
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
@@ -84,7 +85,7 @@ func newTask(tb testing.TB, netns string, cfg map[string]any) *driver.Task {
 		// As the runner sets it for raw_exec (exec's is /alloc).
 		Env:       map[string]string{"BERTH_TEST": "1", "NOMAD_ALLOC_DIR": driver.SharedDir(dir)},
 		NetnsPath: netns,
-		LogDir:    dir,
+		LogDir:    driver.LogDir(dir),
 		AllocDir:  dir,
 	}
 }
@@ -119,7 +120,8 @@ func wait(tb testing.TB, h driver.Handle) *driver.ExitResult {
 
 func readLog(tb testing.TB, t *driver.Task, stream string) string {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(t.LogDir, t.TaskName+"."+stream))
+	// Every retained file, as berth's log reader serves them.
+	b, err := logfile.ReadTail(context.Background(), t.LogDir, t.TaskName+"."+stream, 1<<30)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -170,9 +170,10 @@ func (d *Driver) startConfig(cfg map[string]any) (TaskConfig, error) {
 // newLaunch lays out where the task's logs, status and directory go.
 func newLaunch(t *driver.Task, oomScoreAdj int) (*launch, error) {
 	l := &launch{
-		allocDir:    t.AllocDir,
-		logDir:      t.LogDir,
-		statusDir:   t.LogDir,
+		allocDir: t.AllocDir,
+		logDir:   t.LogDir,
+		// The status stays out of alloc/logs, which the task sees.
+		statusDir:   t.AllocDir,
 		logMaxFiles: t.Logs.MaxFiles,
 		logMaxSize:  int64(t.Logs.MaxFileSizeMB) << 20,
 		oomScoreAdj: oomScoreAdj,
@@ -181,7 +182,7 @@ func newLaunch(t *driver.Task, oomScoreAdj int) (*launch, error) {
 		l.logDir = ""
 	}
 	if l.statusDir == "" {
-		l.statusDir = t.AllocDir
+		l.statusDir = t.LogDir
 	}
 	if l.statusDir == "" {
 		return nil, errors.New("the task has neither a log dir nor an allocation dir: nowhere to record its exit status")

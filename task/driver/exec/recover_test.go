@@ -170,7 +170,7 @@ func TestRecoverRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	reapZombie(rec.SupervisorPID)
-	_ = os.Remove(filepath.Join(task.LogDir, statusName(task.TaskName)))
+	_ = os.Remove(filepath.Join(task.AllocDir, statusName(task.TaskName)))
 	if h, err := d.Recover(ctxT(t), rec); !errors.Is(err, driver.ErrNotRecoverable) {
 		if h != nil {
 			_ = h.Destroy(context.Background())

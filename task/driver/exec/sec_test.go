@@ -201,7 +201,7 @@ func TestSecTaskFDs(t *testing.T) {
 			task := newTask(t, "", sh("ls /proc/self/fd; exec sleep 1000"))
 			h := start(t, d, task)
 			waitFor(t, "the task's output", func() bool {
-				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout"))
+				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout.0"))
 				return len(b) > 0
 			})
 			if got := fdList(readLog(t, task, "stdout")); got != "0 1 2 3" {
@@ -250,7 +250,7 @@ func TestSecExecSeccomp(t *testing.T) {
 			task.User = tc.user
 			h := start(t, tc.d, task)
 			waitFor(t, "the task's output", func() bool {
-				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout"))
+				b, _ := os.ReadFile(filepath.Join(task.LogDir, task.TaskName+".stdout.0"))
 				return strings.Contains(string(b), "done")
 			})
 			out := readLog(t, task, "stdout")

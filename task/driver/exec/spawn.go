@@ -59,7 +59,11 @@ func (d *Driver) launch(ctx context.Context, t *driver.Task, spec *supervisor.Sp
 		return nil, err
 	}
 	defer readyR.Close()
-	stdio, err := openSupervisorStdio(spec.LogDir, t.TaskName)
+	complaints := spec.StatusDir
+	if spec.LogDir == "" {
+		complaints = ""
+	}
+	stdio, err := openSupervisorStdio(complaints, t.TaskName)
 	if err != nil {
 		readyW.Close()
 		return nil, err
@@ -129,16 +133,17 @@ type supervisorStdio struct {
 }
 
 // openSupervisorStdio sends the supervisor's own complaints (a status it
-// could not write) beside the task's logs, or to /dev/null without logs.
-func openSupervisorStdio(logDir, task string) (*supervisorStdio, error) {
+// could not write) to dir, beside its status file (not among the task's
+// logs, which the task sees), or to /dev/null for a task without logs.
+func openSupervisorStdio(dir, task string) (*supervisorStdio, error) {
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
 	s := &supervisorStdio{devnull: devnull, stderr: devnull}
-	if logDir != "" {
+	if dir != "" {
 		// Without it the supervisor still runs: its complaints are lost.
-		if f, err := os.OpenFile(filepath.Join(logDir, "."+task+".supervisor.log"),
+		if f, err := os.OpenFile(filepath.Join(dir, "."+task+".supervisor.log"),
 			os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
 			s.stderr = f
 		}

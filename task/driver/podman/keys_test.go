@@ -113,7 +113,7 @@ func TestConfigKeysApplied(t *testing.T) {
 					t.Errorf("inspect %s = %s, want %q in it", path, got, want)
 				}
 			}
-			stdout := readFile(t, filepath.Join(task.LogDir, "t1.stdout"))
+			stdout := readFile(t, filepath.Join(task.LogDir, "t1.stdout.0"))
 			if !strings.Contains(stdout, tt.stdout) {
 				t.Errorf("the task printed %q, want %q in it", stdout, tt.stdout)
 			}

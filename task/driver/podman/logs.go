@@ -85,8 +85,8 @@ func (s *logSplitter) line(l []byte) error {
 	return nil
 }
 
-// logTarget is where a task's output goes: <Dir>/<Task>.stdout and
-// .stderr, rotated as the task's logs block says.
+// logTarget is where a task's output goes: <Dir>/<Task>.stdout.N and
+// .stderr.N, rotated as the task's logs block says.
 type logTarget struct {
 	Dir      string `json:"dir"`
 	Task     string `json:"task"`
@@ -114,8 +114,8 @@ func readCopyState(path string) (*copyState, error) {
 	return &st, nil
 }
 
-// logCopier follows a container's k8s-file log into <task>.stdout and
-// <task>.stderr while the task runs and drains it once the task exited.
+// logCopier follows a container's k8s-file log into <task>.stdout.N and
+// <task>.stderr.N while the task runs and drains it once the task exited.
 type logCopier struct {
 	src       string
 	statePath string
@@ -138,11 +138,12 @@ type logCopier struct {
 // with no symlink followed, rotated), recording its progress in
 // statePath.
 func newLogCopier(src, statePath string, tgt logTarget, offset int64, interval time.Duration) (*logCopier, error) {
-	stdout, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stdout", tgt.MaxFiles, tgt.MaxSize, 0o640)
+	// 0644, Nomad's: the task reads its logs in $NOMAD_ALLOC_DIR/logs.
+	stdout, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stdout", tgt.MaxFiles, tgt.MaxSize, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening task log: %w", err)
 	}
-	stderr, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stderr", tgt.MaxFiles, tgt.MaxSize, 0o640)
+	stderr, err := logfile.NewRotator(tgt.Dir, tgt.Task+".stderr", tgt.MaxFiles, tgt.MaxSize, 0o644)
 	if err != nil {
 		stdout.Close()
 		return nil, fmt.Errorf("opening task log: %w", err)

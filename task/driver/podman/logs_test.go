@@ -83,7 +83,7 @@ func TestLogCopierFollows(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, _ := os.ReadFile(filepath.Join(dir, "t.stdout"))
+		b, _ := os.ReadFile(filepath.Join(dir, "t.stdout.0"))
 		if string(b) == "first\n" {
 			break
 		}
@@ -98,7 +98,7 @@ func TestLogCopierFollows(t *testing.T) {
 	if err := c.stop(); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"t.stdout": "first\nno newline", "t.stderr": "last\n"} {
+	for name, want := range map[string]string{"t.stdout.0": "first\nno newline", "t.stderr.0": "last\n"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || string(b) != want {
 			t.Errorf("%s = %q (%v), want %q", name, b, err, want)

@@ -294,8 +294,8 @@ func TestRunTask(t *testing.T) {
 				t.Errorf("second Wait = %+v, %v; want the same result", again, err)
 			}
 
-			stdout := readFile(t, filepath.Join(task.LogDir, "t1.stdout"))
-			stderr := readFile(t, filepath.Join(task.LogDir, "t1.stderr"))
+			stdout := readFile(t, filepath.Join(task.LogDir, "t1.stdout.0"))
+			stderr := readFile(t, filepath.Join(task.LogDir, "t1.stderr.0"))
 			for _, s := range tt.stdout {
 				if !strings.Contains(stdout, s) {
 					t.Errorf("stdout %q does not contain %q", stdout, s)

@@ -45,7 +45,7 @@ func TestRecoverRunning(t *testing.T) {
 	dataDir := t.TempDir()
 	task := testTask(t, map[string]any{"image": testImage, "command": "/bin/sh",
 		"args": []any{"-c", `echo before; trap "echo got TERM; exit 5" TERM; while :; do sleep 0.1; done`}})
-	stdout := task.LogDir + "/" + task.TaskName + ".stdout"
+	stdout := task.LogDir + "/" + task.TaskName + ".stdout.0"
 	st := startForgotten(t, dataDir, task, func() {
 		deadline := time.Now().Add(20 * time.Second)
 		for !strings.Contains(readFile(t, stdout), "before") {
@@ -106,7 +106,7 @@ func TestRecoverExited(t *testing.T) {
 		t.Fatalf("result %+v, want 7", res)
 	}
 	destroy(t, h)
-	if got := readFile(t, task.LogDir+"/"+task.TaskName+".stdout"); got != "bye\n" {
+	if got := readFile(t, task.LogDir+"/"+task.TaskName+".stdout.0"); got != "bye\n" {
 		t.Fatalf("stdout %q", got)
 	}
 }
@@ -172,7 +172,7 @@ func TestLeftoversAndUser(t *testing.T) {
 	if got := podmanNames(t, st.ContainerName); got != "" {
 		t.Fatalf("container %q still there", got)
 	}
-	if out := readFile(t, task.LogDir+"/"+task.TaskName+".stdout"); out != "" && out != "65534\n" {
+	if out := readFile(t, task.LogDir+"/"+task.TaskName+".stdout.0"); out != "" && out != "65534\n" {
 		t.Fatalf("stdout %q, want the uid 65534", out)
 	}
 }

@@ -43,7 +43,7 @@ func TestSecPodmanPrivileged(t *testing.T) {
 	if res := waitTask(t, h); !res.Successful() {
 		t.Fatalf("privileged task: %+v", res)
 	}
-	out := readFile(t, task.LogDir+"/"+task.TaskName+".stdout")
+	out := readFile(t, task.LogDir+"/"+task.TaskName+".stdout.0")
 	// Everything berth has (this host's root lacks CAP_SYS_RESOURCE),
 	// cap_sys_admin (21) above all, which no default set has.
 	v, ok := strings.CutPrefix(strings.TrimSpace(out), "CapEff:")

@@ -36,7 +36,7 @@ func TestPodmanHostVolume(t *testing.T) {
 		t.Fatalf("Wait = %+v", res)
 	}
 	destroy(t, h)
-	out := readFile(t, filepath.Join(task.LogDir, "t1.stdout"))
+	out := readFile(t, filepath.Join(task.LogDir, "t1.stdout.0"))
 	want := "from-host-" + filepath.Base(rw) + "\nfrom-host-" + filepath.Base(ro) + "\nwritten"
 	if strings.TrimSpace(out) != want {
 		t.Errorf("task output:\n%s\nwant:\n%s", out, want)
@@ -101,7 +101,7 @@ func TestPodmanVolumePropagation(t *testing.T) {
 				t.Fatalf("Wait = %+v", res)
 			}
 			destroy(t, h)
-			if got := strings.TrimSpace(readFile(t, filepath.Join(task.LogDir, "t1.stdout"))); got != tc.want {
+			if got := strings.TrimSpace(readFile(t, filepath.Join(task.LogDir, "t1.stdout.0"))); got != tc.want {
 				t.Errorf("the host's later mount is %s in the container, want %s", got, tc.want)
 			}
 		})

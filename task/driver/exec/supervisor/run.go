@@ -121,6 +121,10 @@ func (s *supervisor) refuse(err error) int {
 	return 1
 }
 
+// logMode is Nomad's for a log file: the task reads its logs in
+// $NOMAD_ALLOC_DIR/logs (the allocation dir keeps others out).
+const logMode = 0o644
+
 // logSink is one output stream of the task: the read end of its pipe and
 // the rotating file it goes to.
 type logSink struct {
@@ -144,7 +148,7 @@ func (s *supervisor) openLogs() (sinks []*logSink, childOut, childErr int, err e
 	}
 	ends := [2]int{}
 	for i, name := range []string{sp.Stdout, sp.Stderr} {
-		rot, err := logfile.NewRotator(sp.LogDir, name, sp.LogMaxFiles, sp.LogMaxSize, 0o640)
+		rot, err := logfile.NewRotator(sp.LogDir, name, sp.LogMaxFiles, sp.LogMaxSize, logMode)
 		if err != nil {
 			return fail(fmt.Errorf("open log: %w", err))
 		}

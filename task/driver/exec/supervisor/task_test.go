@@ -170,7 +170,7 @@ func (s *supervised) wait(t *testing.T) *Status {
 // report is the task's report from its log, once written.
 func (s *supervised) report(t *testing.T) *report {
 	t.Helper()
-	p := filepath.Join(s.spec.LogDir, s.spec.Stdout)
+	p := filepath.Join(s.spec.LogDir, s.spec.Stdout+".0")
 	// The task writes its report as it starts: poll for it, bounded only
 	// so that a broken task fails the test instead of hanging it.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
@@ -179,7 +179,7 @@ func (s *supervised) report(t *testing.T) *report {
 			return decodeReport(t, b[:i])
 		}
 		if time.Now().After(deadline) {
-			stderr, _ := os.ReadFile(filepath.Join(s.spec.LogDir, s.spec.Stderr))
+			stderr, _ := os.ReadFile(filepath.Join(s.spec.LogDir, s.spec.Stderr+".0"))
 			t.Fatalf("no report from the task in %s; its stderr: %s", p, stderr)
 		}
 	}
@@ -680,7 +680,7 @@ func TestSupTaskCgroup(t *testing.T) {
 	if st.ExitCode != 0 || st.Error != "" || st.OOMKilled {
 		t.Errorf("status %+v, want exit 0 and nothing wrong around it", st)
 	}
-	out, err := os.ReadFile(filepath.Join(sp.LogDir, sp.Stdout))
+	out, err := os.ReadFile(filepath.Join(sp.LogDir, sp.Stdout+".0"))
 	if _, tail, _ := bytes.Cut(out, []byte("\n")); err != nil || !bytes.HasPrefix(tail, []byte("orphan ")) {
 		t.Fatalf("the task's log after its report: %q, %v", tail, err)
 	}
