@@ -25,6 +25,7 @@ import (
 	"github.com/berth/berth/network/attach"
 	"github.com/berth/berth/network/cni"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 	"github.com/berth/berth/task/artifact"
 	"github.com/berth/berth/task/driver"
 )
@@ -545,6 +546,15 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	hasNetwork = hasNetwork || a.adopted
 	// Nothing may still point at the allocation once its network goes.
 	a.servicesGone(tctx)
+	// Its tasks are gone: their secrets/ tmpfs go too (a killed agent's
+	// are gc's, kind "mount"). The directory stays, as Nomad's, for
+	// its logs.
+	if a.dir == "" {
+		// No directory, nothing mounted.
+	} else if err := allocdir.Unmount(tctx, a.dir); err != nil {
+		a.log.Warn("could not unmount the allocation's secrets (berth gc retries it)", "dir", a.dir, "err", err)
+		a.event("Unmount Failed", err.Error())
+	}
 	var tdErr error
 	if hasNetwork {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
