@@ -507,3 +507,57 @@ func TestSystemAndSysbatch(t *testing.T) {
 		}
 	})
 }
+
+// secrets/ is a tmpfs for every driver's task (Nomad's is, whatever the
+// driver): the template rendered there before the start is in it, the
+// task sees a tmpfs at NOMAD_SECRETS_DIR (podman: the host's tmpfs bound
+// in), and once the allocation ended nothing is mounted beneath its
+// directory and the secret is gone.
+func TestSecretsTmpfsEveryDriver(t *testing.T) {
+	tests := []struct{ driver, config string }{
+		{"raw_exec", `command = "/bin/sh"`},
+		{"exec", `command = "/bin/sh"`},
+		{"podman", `image = "localhost/busybox:latest"
+        command = "sh"`},
+	}
+	e := newEnv(t, "10.199.190.0/24")
+	for _, tc := range tests {
+		t.Run(tc.driver, func(t *testing.T) {
+			if tc.driver == "podman" {
+				requireImage(t)
+			}
+			a, _ := runOne(t, e, `job "secrets-`+strings.ReplaceAll(tc.driver, "_", "-")+`" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "`+tc.driver+`"
+      template {
+        data        = "tok"
+        destination = "secrets/token"
+      }
+      config {
+        `+tc.config+`
+        args = ["-c", "awk -v d=\"$NOMAD_SECRETS_DIR\" '$2 == d { print $3 }' /proc/mounts; cat \"$NOMAD_SECRETS_DIR/token\""]
+      }
+    }
+  }
+}`)
+			if a.Status != store.AllocComplete {
+				t.Fatalf("allocation %s: %s\n%s", a.Status, a.StatusDesc, eventTypes(a))
+			}
+			if got := stdout(t, e, a, "t"); got != "tmpfs\ntok" {
+				t.Errorf("the task saw %q, want a tmpfs holding the template", got)
+			}
+			if ms, err := allocdir.Mounts(filepath.Join(e.dataDir, "alloc")); err != nil || len(ms[a.ID]) > 0 {
+				t.Errorf("after the allocation: mounts %v (%v)", ms[a.ID], err)
+			}
+			if _, err := os.Stat(filepath.Join(e.dataDir, "alloc", a.ID, "t", "secrets", "token")); !os.IsNotExist(err) {
+				t.Errorf("the secret is on disk after the allocation: %v", err)
+			}
+		})
+	}
+}
