@@ -748,11 +748,18 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
 			return nil, nil, err
 		}
-	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
-		// Re-adopted: its templates are rendered again (what changed
-		// while no agent ran is written, its env kept for a restart) and
-		// watched; the task runs already, so a failure is only an event.
-		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
+	} else {
+		// Mounted still, unless the host rebooted (a tmpfs goes with
+		// it): the templates rendered again must not land on disk.
+		if err := allocdir.MountSecrets(ctx, filepath.Join(driver.TaskDir(a.dir, t.Name), "secrets")); err != nil {
+			a.log.Warn("secrets of a re-adopted task", "task", t.Name, "err", err)
+		}
+		if err := a.startTemplates(ctx, t, dt, vars); err != nil {
+			// Re-adopted: its templates are rendered again (what changed
+			// while no agent ran is written, its env kept for a restart) and
+			// watched; the task runs already, so a failure is only an event.
+			a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
+		}
 	}
 	return drv, dt, nil
 }
