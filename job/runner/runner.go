@@ -749,8 +749,9 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 			return nil, nil, err
 		}
 	} else {
-		// Mounted still, unless the host rebooted (a tmpfs goes with
-		// it): the templates rendered again must not land on disk.
+		// Mounted still, unless something unmounted it while no agent
+		// ran: the templates rendered again must not land on disk. (After
+		// a reboot no task is re-adopted: setupTask mounts it again.)
 		if err := allocdir.MountSecrets(ctx, filepath.Join(driver.TaskDir(a.dir, t.Name), "secrets")); err != nil {
 			a.log.Warn("secrets of a re-adopted task", "task", t.Name, "err", err)
 		}
