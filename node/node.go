@@ -270,6 +270,7 @@ func (n *Node) GCOptions() gc.Options {
 		StoreErr: n.StoreErr,
 		StoreID:  store.IDFor(n.Config.DataDir),
 		LockDir:  n.Config.LockDir,
+		AllocDir: n.Config.AllocDir(),
 		Drivers:  made,
 		OpenDriver: func(ctx context.Context, name string) (driver.Driver, error) {
 			d, err := n.Drivers.Get(ctx, name)

@@ -177,9 +177,10 @@ tasks {
     "/usr"            = "/usr"
   }
 
-  # exec: what cap_add may ask for (Nomad's allow_caps default). A root task gets
-  # these less cap_drop; a task of another user (exec's default is nobody) gets
-  # only what cap_add names.
+  # exec: what cap_add may ask for (Nomad's allow_caps default). Every task gets
+  # these (within this list) less cap_drop plus cap_add; a task of another user
+  # than root (exec's default is nobody) gets them as ambient capabilities, as
+  # in Nomad 1.6.5. Narrow the list to narrow every task's default set.
   allow_caps = ["audit_write", "chown", "dac_override", "fowner", "fsetid", "kill", "mknod",
     "net_bind_service", "setfcap", "setgid", "setpcap", "setuid", "sys_chroot"]
 

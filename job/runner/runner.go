@@ -25,6 +25,7 @@ import (
 	"github.com/berth/berth/network/attach"
 	"github.com/berth/berth/network/cni"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 	"github.com/berth/berth/task/artifact"
 	"github.com/berth/berth/task/driver"
 )
@@ -545,6 +546,15 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 	hasNetwork = hasNetwork || a.adopted
 	// Nothing may still point at the allocation once its network goes.
 	a.servicesGone(tctx)
+	// Its tasks are gone: their secrets/ tmpfs go too (a killed agent's
+	// are gc's, kind "mount"). The directory stays, as Nomad's, for
+	// its logs.
+	if a.dir == "" {
+		// No directory, nothing mounted.
+	} else if err := allocdir.Unmount(tctx, a.dir); err != nil {
+		a.log.Warn("could not unmount the allocation's secrets (berth gc retries it)", "dir", a.dir, "err", err)
+		a.event("Unmount Failed", err.Error())
+	}
 	var tdErr error
 	if hasNetwork {
 		rep, err := a.r.o.Attach.Teardown(tctx, a.alloc.ID)
@@ -738,11 +748,19 @@ func (a *allocRun) driverTask(ctx context.Context, i int, t *jobspec.Task, netns
 			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", failed })
 			return nil, nil, err
 		}
-	} else if err := a.startTemplates(ctx, t, dt, vars); err != nil {
-		// Re-adopted: its templates are rendered again (what changed
-		// while no agent ran is written, its env kept for a restart) and
-		// watched; the task runs already, so a failure is only an event.
-		a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
+	} else {
+		// Mounted still, unless something unmounted it while no agent
+		// ran: the templates rendered again must not land on disk. (After
+		// a reboot no task is re-adopted: setupTask mounts it again.)
+		if err := allocdir.MountSecrets(ctx, filepath.Join(driver.TaskDir(a.dir, t.Name), "secrets")); err != nil {
+			a.log.Warn("secrets of a re-adopted task", "task", t.Name, "err", err)
+		}
+		if err := a.startTemplates(ctx, t, dt, vars); err != nil {
+			// Re-adopted: its templates are rendered again (what changed
+			// while no agent ran is written, its env kept for a restart) and
+			// watched; the task runs already, so a failure is only an event.
+			a.log.Warn("templates of a re-adopted task", "task", t.Name, "err", err)
+		}
 	}
 	return drv, dt, nil
 }

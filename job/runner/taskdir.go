@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/berth/berth/job/jobspec"
+	"github.com/berth/berth/task/allocdir"
 	"github.com/berth/berth/task/driver"
 )
 
@@ -22,10 +23,13 @@ import (
 //	                             <task>.stdout.N, <task>.stderr.N
 //	<alloc dir>/<task>/          the task's working directory
 //	<alloc dir>/<task>/local/    0777, its own files, artifacts, payload (NOMAD_TASK_DIR)
-//	<alloc dir>/<task>/secrets/  0700 (NOMAD_SECRETS_DIR)
+//	<alloc dir>/<task>/secrets/  0700, a tmpfs (NOMAD_SECRETS_DIR)
 //	<alloc dir>/<task>/tmp/
 //
-// Nothing in it is mounted: removing the directory removes all of it.
+// secrets/ is a tmpfs (allocdir.MountSecrets), as in Nomad: what is
+// written there is never on disk. It is the only mount in the directory,
+// unmounted when the allocation ends (finish), by gc (kind "mount") when
+// its agent died first, and by the Remover before the directory goes.
 
 // sharedMode is the shared dirs' mode: any task user may create files
 // there, as in Nomad (0777), and, unlike Nomad, only remove its own (the
@@ -68,7 +72,7 @@ func (a *allocRun) makeAllocDirs() error {
 
 // makeTaskDir creates the task's directory and its local, secrets and tmp
 // dirs, and returns the task's directory.
-func (a *allocRun) makeTaskDir(t *jobspec.Task) (string, error) {
+func (a *allocRun) makeTaskDir(ctx context.Context, t *jobspec.Task) (string, error) {
 	if t.Name == filepath.Base(driver.SharedDir(a.dir)) {
 		return "", fmt.Errorf("task %q: the name is that of the allocation's shared directory; rename the task", t.Name)
 	}
@@ -85,6 +89,9 @@ func (a *allocRun) makeTaskDir(t *jobspec.Task) (string, error) {
 		if err := mkdirMode(d.path, d.mode); err != nil {
 			return "", fmt.Errorf("task %q: task directory: %w", t.Name, err)
 		}
+	}
+	if err := allocdir.MountSecrets(ctx, filepath.Join(td, "secrets")); err != nil {
+		return "", fmt.Errorf("task %q: %w", t.Name, err)
 	}
 	return td, nil
 }
@@ -127,7 +134,7 @@ func (a *allocRun) taskPaths(drv driver.Driver, t *jobspec.Task) driver.TaskPath
 // task runner hooks: its directory, its artifacts, its dispatch payload.
 // An error fails the task (and so the allocation); its event says why.
 func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[string]string) error {
-	td, err := a.makeTaskDir(t)
+	td, err := a.makeTaskDir(ctx, t)
 	if err != nil {
 		a.event("Setup Failure", err.Error())
 		return err

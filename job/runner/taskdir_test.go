@@ -20,6 +20,7 @@ import (
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 )
 
 func stdout(t *testing.T, e *env, a *store.Allocation, task string) string {
@@ -29,7 +30,8 @@ func stdout(t *testing.T, e *env, a *store.Allocation, task string) string {
 
 // The task dir layout and its variables, as Nomad's raw_exec: the task
 // runs in <alloc>/<task>, NOMAD_TASK_DIR is its local/, NOMAD_SECRETS_DIR
-// its secrets/ (0700), NOMAD_ALLOC_DIR the shared alloc/.
+// its secrets/ (0700, a tmpfs holding what its template rendered there,
+// unmounted once the allocation ended), NOMAD_ALLOC_DIR the shared alloc/.
 func TestTaskDirLayout(t *testing.T) {
 	e := newEnv(t, "10.199.132.0/24")
 	a, _ := runOne(t, e, `job "dirs" {
@@ -40,9 +42,13 @@ func TestTaskDirLayout(t *testing.T) {
       env {
         CONF = "${NOMAD_TASK_DIR}/app.conf"
       }
+      template {
+        data        = "tok"
+        destination = "secrets/token"
+      }
       config {
         command = "/bin/sh"
-        args    = ["-c", "pwd; echo $NOMAD_ALLOC_DIR; echo $NOMAD_TASK_DIR; echo $NOMAD_SECRETS_DIR; echo $CONF; stat -c %a $NOMAD_SECRETS_DIR; echo shared > $NOMAD_ALLOC_DIR/data/x"]
+        args    = ["-c", "pwd; echo $NOMAD_ALLOC_DIR; echo $NOMAD_TASK_DIR; echo $NOMAD_SECRETS_DIR; echo $CONF; stat -c %a $NOMAD_SECRETS_DIR; stat -f -c %T $NOMAD_SECRETS_DIR; cat $NOMAD_SECRETS_DIR/token; echo; echo shared > $NOMAD_ALLOC_DIR/data/x"]
       }
     }
   }
@@ -53,10 +59,16 @@ func TestTaskDirLayout(t *testing.T) {
 	dir := filepath.Join(e.dataDir, "alloc", a.ID)
 	want := strings.Join([]string{
 		filepath.Join(dir, "t"), filepath.Join(dir, "alloc"), filepath.Join(dir, "t", "local"),
-		filepath.Join(dir, "t", "secrets"), filepath.Join(dir, "t", "local", "app.conf"), "700",
+		filepath.Join(dir, "t", "secrets"), filepath.Join(dir, "t", "local", "app.conf"), "700", "tmpfs", "tok",
 	}, "\n") + "\n"
 	if got := stdout(t, e, a, "t"); got != want {
 		t.Errorf("task saw:\n%s\nwant:\n%s", got, want)
+	}
+	if ms, err := allocdir.Mounts(filepath.Join(e.dataDir, "alloc")); err != nil || len(ms[a.ID]) > 0 {
+		t.Errorf("after the allocation: mounts %v (%v)", ms[a.ID], err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "t", "secrets", "token")); !os.IsNotExist(err) {
+		t.Errorf("the secret is on disk after the allocation: %v", err)
 	}
 	if got := readFile(filepath.Join(dir, "alloc", "data", "x")); got != "shared\n" {
 		t.Errorf("alloc/data/x: %q", got)
@@ -514,4 +526,58 @@ func TestSystemAndSysbatch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// secrets/ is a tmpfs for every driver's task (Nomad's is, whatever the
+// driver): the template rendered there before the start is in it, the
+// task sees a tmpfs at NOMAD_SECRETS_DIR (podman: the host's tmpfs bound
+// in), and once the allocation ended nothing is mounted beneath its
+// directory and the secret is gone.
+func TestSecretsTmpfsEveryDriver(t *testing.T) {
+	tests := []struct{ driver, config string }{
+		{"raw_exec", `command = "/bin/sh"`},
+		{"exec", `command = "/bin/sh"`},
+		{"podman", `image = "localhost/busybox:latest"
+        command = "sh"`},
+	}
+	e := newEnv(t, "10.199.190.0/24")
+	for _, tc := range tests {
+		t.Run(tc.driver, func(t *testing.T) {
+			if tc.driver == "podman" {
+				requireImage(t)
+			}
+			a, _ := runOne(t, e, `job "secrets-`+strings.ReplaceAll(tc.driver, "_", "-")+`" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "`+tc.driver+`"
+      template {
+        data        = "tok"
+        destination = "secrets/token"
+      }
+      config {
+        `+tc.config+`
+        args = ["-c", "awk -v d=\"$NOMAD_SECRETS_DIR\" '$2 == d { print $3 }' /proc/mounts; cat \"$NOMAD_SECRETS_DIR/token\""]
+      }
+    }
+  }
+}`)
+			if a.Status != store.AllocComplete {
+				t.Fatalf("allocation %s: %s\n%s", a.Status, a.StatusDesc, eventTypes(a))
+			}
+			if got := stdout(t, e, a, "t"); got != "tmpfs\ntok" {
+				t.Errorf("the task saw %q, want a tmpfs holding the template", got)
+			}
+			if ms, err := allocdir.Mounts(filepath.Join(e.dataDir, "alloc")); err != nil || len(ms[a.ID]) > 0 {
+				t.Errorf("after the allocation: mounts %v (%v)", ms[a.ID], err)
+			}
+			if _, err := os.Stat(filepath.Join(e.dataDir, "alloc", a.ID, "t", "secrets", "token")); !os.IsNotExist(err) {
+				t.Errorf("the secret is on disk after the allocation: %v", err)
+			}
+		})
+	}
 }

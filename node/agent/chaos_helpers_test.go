@@ -23,6 +23,7 @@ import (
 	"github.com/berth/berth/network/evidence"
 	"github.com/berth/berth/network/hostclean"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 )
 
 // The invariants the crash-schedule suites (crash_schedule_test.go,
@@ -324,8 +325,8 @@ func handleAlive(ctx context.Context, h *api.TaskHandle) bool {
 }
 
 // leftovers lists what is left of a terminal allocation: its namespace,
-// attachment record, supervisors, containers, libcni cache entries and
-// iptables rules naming it.
+// attachment record, supervisors, mounts beneath its directory,
+// containers, libcni cache entries and iptables rules naming it.
 func (e *testEnv) leftovers(ctx context.Context, st *store.Store, v *hostView, a *api.Allocation) []string {
 	var out []string
 	if a.Network != nil && a.Network.NetnsPath != "" && netnsExists(a.Network.NetnsPath) {
@@ -336,6 +337,14 @@ func (e *testEnv) leftovers(ctx context.Context, st *store.Store, v *hostView, a
 	}
 	for _, s := range v.supervisors[a.ID] {
 		out = append(out, "its supervisor "+s+" runs")
+	}
+	// Its tasks' secrets/ tmpfs (a mount of the host's namespace).
+	if ms, err := allocdir.Mounts(filepath.Join(e.cfg.DataDir, "alloc")); err != nil {
+		out = append(out, "mounts: "+err.Error())
+	} else {
+		for _, m := range ms[a.ID] {
+			out = append(out, "mount "+m)
+		}
 	}
 	for _, c := range v.containers[a.ID] {
 		out = append(out, "its container "+c+" exists")

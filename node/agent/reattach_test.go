@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 )
 
 // The tests of re-adoption across agent restarts (this file) use the
@@ -152,8 +154,23 @@ func TestSIGKILLThenRestartReattaches(t *testing.T) {
 			if taskGone(t, h) {
 				t.Fatalf("the task died with the agent: %+v", h)
 			}
+			// Its secrets/ tmpfs lost while no agent ran (as after a
+			// reboot): the next agent mounts it again before it renders
+			// the task's templates there.
+			allocDir := filepath.Join(e.cfg.DataDir, "alloc", old.ID)
+			testenv.Must(t, allocdir.Unmount(context.Background(), allocDir))
 			p = e.startBinary(t, cfgPath, c)
 			cur := readopted(t, c, old.ID)
+			var mounts []string
+			waitUntil(30*time.Second, func() bool {
+				ms, err := allocdir.Mounts(filepath.Dir(allocDir))
+				testenv.Must(t, err)
+				mounts = ms[old.ID]
+				return len(mounts) == 1
+			})
+			if len(mounts) != 1 {
+				t.Errorf("after the restart the allocation's mounts are %v, want its task's secrets/", mounts)
+			}
 			if !sameTask(cur, h) || cur.Network.NetnsPath != old.Network.NetnsPath {
 				t.Fatalf("after the restart: task %+v netns %s, want %+v %s", cur.Tasks[0].Handle, cur.Network.NetnsPath, h, old.Network.NetnsPath)
 			}

@@ -45,6 +45,7 @@ const (
 	KindBridge     = "bridge"      // what a network keeps after its last attachment
 	KindError      = "error"       // a step that failed as a whole (no single item)
 	// KindTask (gc/tasks.go): what a driver made for a task of a terminal or unknown allocation
+	// KindMount (gc/mounts.go): a mount beneath a terminal or unknown allocation's directory
 )
 
 // DefaultTidyIdle is how long a network berth used must have had no
@@ -159,6 +160,10 @@ type Options struct {
 	// network kept, since the task may still use it).
 	Drivers    map[string]driver.Driver
 	OpenDriver func(ctx context.Context, name string) (driver.Driver, error)
+	// AllocDir holds the allocation directories (Config.AllocDir): what
+	// is mounted beneath those of terminal or unknown allocations is
+	// unmounted (kind "mount"). Empty: no such sweep.
+	AllocDir string
 	// DryRun reports what would be reclaimed and changes nothing.
 	DryRun bool
 	// ReclaimDetached also reclaims the allocations a stopping agent left
@@ -377,6 +382,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.checkReboot(ctx)
 		r.replay(ctx)
 		r.sweepTasks(ctx)
+		r.sweepMounts(ctx)
 		if err := ctx.Err(); err != nil {
 			return r.finish(start), err
 		}
@@ -409,6 +415,7 @@ func ReplayPending(ctx context.Context, o Options) (*Report, error) {
 	if r.mayHaveTasks(ctx) {
 		r.sweepTasks(ctx)
 	}
+	r.sweepMounts(ctx)
 	if len(r.touched) > 0 {
 		r.tidy(ctx)
 	}

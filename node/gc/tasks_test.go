@@ -14,6 +14,7 @@ import (
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/node/gc"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/allocdir"
 	"github.com/berth/berth/task/driver/podman"
 )
 
@@ -88,8 +89,8 @@ func TestCrashBeforeTaskRecorded(t *testing.T) {
 			if !gr.status.Exited() || gr.status.ExitStatus() != 0 || rep.Failed() {
 				t.Fatalf("berth gc: status %v, errors %v\nstderr: %s", gr.status, rep.Errors, gr.stderr)
 			}
-			if !has(rep.Reclaimed, gc.KindAllocOwner, allocID) || !has(rep.Reclaimed, gc.KindTask, allocID) {
-				t.Errorf("gc did not reclaim allocation %s and its task: %+v", allocID, rep)
+			if !has(rep.Reclaimed, gc.KindAllocOwner, allocID) || !has(rep.Reclaimed, gc.KindTask, allocID) || !has(rep.Reclaimed, gc.KindMount, allocID) {
+				t.Errorf("gc did not reclaim allocation %s, its task and its secrets tmpfs: %+v", allocID, rep)
 			}
 			if left := e.taskLeftovers(t, allocID); len(left) > 0 {
 				t.Errorf("after gc: %v", left)
@@ -110,7 +111,8 @@ func TestCrashBeforeTaskRecorded(t *testing.T) {
 }
 
 // taskLeftovers lists what is on the host of an allocation's task:
-// containers labelled with it, task cgroups and supervisors naming it.
+// containers labelled with it, task cgroups and supervisors naming it,
+// mounts beneath its directory (its secrets/ tmpfs).
 func (e *env) taskLeftovers(t *testing.T, allocID string) []string {
 	t.Helper()
 	var out []string
@@ -123,6 +125,13 @@ func (e *env) taskLeftovers(t *testing.T, allocID string) []string {
 	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/berth/" + store.IDFor(e.dataDir) + "." + allocID + ".*")
 	for _, c := range cgs {
 		out = append(out, "cgroup "+c)
+	}
+	if ms, err := allocdir.Mounts(filepath.Join(e.dataDir, "alloc")); err != nil {
+		out = append(out, "mounts: "+err.Error())
+	} else {
+		for _, m := range ms[allocID] {
+			out = append(out, "mount "+m)
+		}
 	}
 	des, _ := os.ReadDir("/proc")
 	for _, de := range des {

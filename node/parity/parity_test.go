@@ -66,6 +66,7 @@ var cases = []jobCase{
 	{name: "world", file: "world.nomad.hcl", job: "parity-world"},
 	{name: "dispatch", file: "dispatch.nomad.hcl", job: "parity-dispatch", meta: []string{"greeting=hello"}, payload: "payload.txt"},
 	{name: "logs", file: "logs.nomad.hcl", job: "parity-logs", logs: true},
+	{name: "caps", file: "caps.nomad.hcl", job: "parity-caps"},
 }
 
 // facts are one task's normalised key=value lines.

@@ -105,6 +105,12 @@ func (r *Remover) loop() {
 		more := len(r.queue) > 0
 		r.mu.Unlock()
 		for _, id := range ids {
+			// Its mounts first (a killed agent's secrets tmpfs): removal
+			// would empty them and then fail on the mount point.
+			if err := Unmount(context.Background(), filepath.Join(r.root, id)); err != nil {
+				r.log.Warn("could not unmount in allocation directory", "alloc_id", id, "dir", filepath.Join(r.root, id), "err", err)
+				continue
+			}
 			if err := os.RemoveAll(filepath.Join(r.root, id)); err != nil {
 				r.log.Warn("could not remove allocation directory", "alloc_id", id, "dir", filepath.Join(r.root, id), "err", err)
 				continue

@@ -83,6 +83,84 @@ func TestExecIsolation(t *testing.T) {
 	}
 }
 
+// Issue 23 item 8: exec's root has Nomad's special filesystems (a
+// read-only sysfs, a devpts of its own behind /dev/ptmx, mqueue, shm), and
+// what Nomad's default capabilities would open is shut, for root and for
+// nobody who made itself root with its ambient CAP_SETUID: /proc/sys and
+// /proc/sysrq-trigger read-only, /proc/kcore and /sys/firmware masked, a
+// device node made with CAP_MKNOD does not open (nodev root and /dev).
+func TestExecSpecialMounts(t *testing.T) {
+	requireRoot(t)
+	// m PATH: the filesystem type and the read-write flag of the mount
+	// on PATH (the last one there wins).
+	const script = `m() { awk -v p="$1" '$5 == p { for (i = 7; $i != "-"; i++); split($6, o, ","); v = $(i+1) " " o[1] } END { print v }' /proc/self/mountinfo; }
+echo "uid=$(id -u)"
+echo "sys=$(m /sys)"
+echo "pts=$(m /dev/pts)"
+echo "mqueue=$(m /dev/mqueue)"
+echo "shm=$(m /dev/shm)"
+echo "ptmx=$(readlink /dev/ptmx)"
+echo "procsys=$(m /proc/sys)"
+echo "sysrq=$(m /proc/sysrq-trigger)"
+echo "kcore=$(stat -c %s /proc/kcore)"
+echo "firmware=$(ls -A /sys/firmware | wc -l)"
+v=$(cat /proc/sys/kernel/core_pattern)
+echo "corepattern=$( (printf '%s\n' "$v" > /proc/sys/kernel/core_pattern) 2>&1 | sed 's/.*: //')"
+echo "null=$( (echo x > /dev/null && echo ok) 2>&1)"
+for d in /tmp /dev; do
+  echo "mknod$d=$( (mknod $d/btnull c 1 3 && echo x > $d/btnull && echo opened) 2>&1 | sed 's/.*: //')"
+done
+echo "pty=$(perl -e 'open(my $f, "+<", "/dev/ptmx") or die "$!"; print "ok"' 2>&1)"
+`
+	// nobody becomes root by its ambient CAP_SETUID, then runs the same.
+	asRoot := `exec perl -e '$< = $> = 0; $( = $) = 0; exec "/bin/sh", "-c", $ARGV[0], "sh" or die "$!"' "$1"`
+	tests := []struct {
+		name, user, cmd string
+	}{
+		{"root", "root", script},
+		{"nobody made root", "", asRoot},
+	}
+	want := map[string]string{
+		"uid": "0", "sys": "sysfs ro", "pts": "devpts rw", "mqueue": "mqueue rw", "shm": "tmpfs rw", "ptmx": "pts/ptmx",
+		"procsys": "proc ro", "sysrq": "proc ro", "kcore": "0", "firmware": "0",
+		"corepattern": "Read-only file system", "null": "ok",
+		"mknod/tmp": "Permission denied", "mknod/dev": "Permission denied", "pty": "ok",
+	}
+	// Paths a kernel may lack (CONFIG_PROC_KCORE, CONFIG_MAGIC_SYSRQ).
+	if _, err := os.Stat("/proc/kcore"); err != nil {
+		want["kcore"] = ""
+	}
+	if _, err := os.Stat("/proc/sysrq-trigger"); err != nil {
+		want["sysrq"] = ""
+	}
+	d := NewExec(Options{StoreID: testStore, DeniedUsers: []string{}})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := map[string]any{"command": "/bin/sh", "args": []any{"-c", tc.cmd, "sh", script}}
+			task := newTask(t, newNetns(t), cfg)
+			task.User = tc.user
+			res, out := runTask(t, d, task)
+			if !res.Successful() {
+				t.Fatalf("%+v\n%s\nstderr: %s", res, out, readLog(t, task, "stderr"))
+			}
+			got := map[string]string{}
+			for _, l := range strings.Split(out, "\n") {
+				if k, v, ok := strings.Cut(l, "="); ok {
+					got[k] = v
+				}
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %q", k, got[k], v)
+				}
+			}
+			if t.Failed() {
+				t.Logf("output:\n%s", out)
+			}
+		})
+	}
+}
+
 // pid_mode/ipc_mode "host" only where the node allows them.
 func TestExecHostModes(t *testing.T) {
 	requireRoot(t)
@@ -115,54 +193,76 @@ func capEff(out string) uint64 {
 	return ^uint64(0)
 }
 
-// Nomad's capability rules: a non-root task gets only what cap_add asks
-// (ambient), a root one the default set less cap_drop.
+// Nomad 1.6.5's capability rules (capabilities.Calculate, measured by
+// node/parity/testdata/caps.nomad.hcl): every task gets the default set
+// less cap_drop plus cap_add, a non-root one as ambient capabilities too;
+// as nobody it binds port 80 (in a network namespace of its own here).
 func TestExecCaps(t *testing.T) {
 	requireRoot(t)
-	const netBind = 1 << 10
+	const netBind, dac, chown = 1 << 10, 1 << 1, 1 << 0
+	var defaults uint64
+	for _, c := range DefaultAllowCaps {
+		defaults |= 1 << capabilities[c]
+	}
+	const bind80 = `perl -MSocket -e 'socket(S, PF_INET, SOCK_STREAM, 0) or die; print bind(S, pack_sockaddr_in(80, INADDR_ANY)) ? "bind=ok\n" : "bind=$!\n"'`
 	tests := []struct {
-		name     string
-		user     string
-		add, drp []any
-		want     uint64
+		name       string
+		user       string
+		add, drp   []any
+		eff, amb   uint64
+		bindPort80 bool
 	}{
-		{name: "nobody", want: 0},
-		{name: "nobody with cap_add", add: []any{"net_bind_service"}, want: netBind},
-		{name: "root, drop all", user: "root", drp: []any{"all"}, want: 0},
-		{name: "root, drop all, add one", user: "root", drp: []any{"all"}, add: []any{"NET_BIND_SERVICE"}, want: netBind},
+		{name: "nobody", eff: defaults, amb: defaults, bindPort80: true},
+		{name: "nobody, drop all, add two", drp: []any{"all"}, add: []any{"net_bind_service", "chown"}, eff: netBind | chown, amb: netBind | chown, bindPort80: true},
+		{name: "nobody, drop two", drp: []any{"dac_override", "NET_BIND_SERVICE"}, eff: defaults &^ (dac | netBind), amb: defaults &^ (dac | netBind)},
+		{name: "nobody, drop all", drp: []any{"all"}},
+		{name: "root", user: "root", eff: defaults, bindPort80: true},
+		{name: "root, drop all", user: "root", drp: []any{"all"}},
+		{name: "root, drop all, add one", user: "root", drp: []any{"all"}, add: []any{"NET_BIND_SERVICE"}, eff: netBind, bindPort80: true},
 	}
 	d := NewExec(Options{StoreID: testStore, DeniedUsers: []string{}})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := sh("grep CapEff /proc/self/status")
+			cfg := sh("grep -E '^Cap(Eff|Amb|Bnd)' /proc/self/status; " + bind80)
 			if tc.add != nil {
 				cfg["cap_add"] = tc.add
 			}
 			if tc.drp != nil {
 				cfg["cap_drop"] = tc.drp
 			}
-			task := newTask(t, "", cfg)
+			task := newTask(t, newNetns(t), cfg)
 			task.User = tc.user
 			res, out := runTask(t, d, task)
-			if !res.Successful() || capEff(out) != tc.want {
-				t.Fatalf("CapEff %x, want %x (%+v, %s)", capEff(out), tc.want, res, out)
+			if !res.Successful() {
+				t.Fatalf("%+v %s", res, out)
+			}
+			got := capLines(out)
+			// The bounding set is what the task may ever have: never
+			// beyond what it was given.
+			if got["CapEff"] != tc.eff || got["CapAmb"] != tc.amb || got["CapBnd"] != tc.eff {
+				t.Errorf("CapEff %x CapAmb %x CapBnd %x, want %x %x %x\n%s", got["CapEff"], got["CapAmb"], got["CapBnd"], tc.eff, tc.amb, tc.eff, out)
+			}
+			if bound := strings.Contains(out, "bind=ok"); bound != tc.bindPort80 {
+				t.Errorf("bind port 80: %v, want %v\n%s", bound, tc.bindPort80, out)
 			}
 		})
-	}
-	// The default set for root: Nomad's, nothing beyond.
-	task := newTask(t, "", sh("grep CapEff /proc/self/status"))
-	task.User = "root"
-	_, out := runTask(t, d, task)
-	var want uint64
-	for _, c := range DefaultAllowCaps {
-		want |= 1 << capabilities[c]
-	}
-	if got := capEff(out); got&^want != 0 || got == 0 {
-		t.Fatalf("root exec task CapEff %x, want within %x", got, want)
 	}
 	if err := d.ValidateConfig(map[string]any{"command": "x", "cap_add": []any{"sys_admin"}}); err == nil || !strings.Contains(err.Error(), "allow_caps") {
 		t.Fatalf("cap_add sys_admin: %v", err)
 	}
+}
+
+// capLines reads the Cap* lines of /proc/<pid>/status output.
+func capLines(out string) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && strings.HasPrefix(k, "Cap") {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			m[k] = n
+		}
+	}
+	return m
 }
 
 // The exec task's cgroup enforces its memory: past it the task is

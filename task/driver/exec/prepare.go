@@ -72,15 +72,18 @@ func (d *Driver) policy(tc *TaskConfig) []*ConfigError {
 	return out
 }
 
-// taskCaps is Nomad's rule for a root task: the default set (allow_caps'
-// defaults, within allow_caps), less cap_drop ("all": everything), plus
-// cap_add ("all": all of allow_caps). A task of another user has only what
-// cap_add names (as ambient capabilities): a default set would make
-// nobody root in all but name (dac_override reads every file).
-func (d *Driver) taskCaps(tc *TaskConfig, root bool) []int {
+// taskCaps is Nomad's rule (its capabilities.Calculate): the default set
+// (allow_caps' defaults, within allow_caps), less cap_drop ("all":
+// everything), plus cap_add ("all": all of allow_caps). A task of any
+// user gets it: root's as its bounding, permitted and effective sets,
+// another user's as ambient capabilities too, the only ones that survive
+// its execve (Nomad 1.6.5's exec: a task as nobody binds port 80). What
+// that lets a task do in its root is bounded by makeRoot (nosuid, nodev,
+// /proc/sys read-only; README, threat model).
+func (d *Driver) taskCaps(tc *TaskConfig) []int {
 	set := map[int]bool{}
 	for _, c := range DefaultAllowCaps {
-		if n := capabilities[c]; d.allowCaps[n] && root {
+		if n := capabilities[c]; d.allowCaps[n] {
 			set[n] = true
 		}
 	}
@@ -222,7 +225,7 @@ func (d *Driver) resolveExec(l *launch, t *driver.Task, tc *TaskConfig, env map[
 	l.root = l.taskDir
 	l.newPID = tc.PIDMode != "host"
 	l.newIPC = tc.IPCMode != "host"
-	l.setCaps, l.caps = true, d.taskCaps(tc, l.user == nil || l.user.uid == 0)
+	l.setCaps, l.caps = true, d.taskCaps(tc)
 	l.seccomp = !d.noSeccomp
 	l.mounts = d.rootMounts(t.AllocDir)
 	for _, m := range t.Mounts {

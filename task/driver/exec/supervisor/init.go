@@ -90,6 +90,13 @@ func makeRoot(sp *Spec) error {
 	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", root, err)
 	}
+	// The task writes its root (local/, tmp/, secrets/): a setuid or
+	// file-capability binary it plants there must not raise it, a device
+	// node it makes (CAP_MKNOD) must not open. Nomad's chroot copy has
+	// neither; its device cgroup allows only the harmless devices.
+	if err := setAttr(root, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, false); err != nil {
+		return fmt.Errorf("make %s nosuid, nodev: %w", root, err)
+	}
 	for _, m := range sp.Mounts {
 		if err := bindInto(root, m); err != nil {
 			return err
@@ -238,23 +245,57 @@ func mountPoint(target string, dir bool) error {
 // devices are bound from the host into the task's private /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// mountSpecial gives the new root a /proc of the task's PID namespace, a
-// /dev with the harmless devices only, and a /dev/shm of its own.
+// Mount flags of the special filesystems, as Nomad's exec (libcontainer)
+// mounts them.
+const (
+	noExecSuidDev = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
+)
+
+// maskedPaths and readonlyPaths are Nomad's exec driver's (its
+// libcontainer config): what a task's root (uid 0, or a user with
+// CAP_SETUID among its ambient capabilities) must not read, or write:
+// /proc/sys/kernel/core_pattern and /proc/sysrq-trigger would run code
+// as, or reboot, the host.
+var (
+	maskedPaths   = []string{"/proc/kcore", "/sys/firmware"}
+	readonlyPaths = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"}
+)
+
+// mountSpecial gives the new root what Nomad's exec gives its tasks: a
+// /proc of the task's PID namespace (its masked and read-only paths), a
+// read-only /sys of its network namespace, a /dev with the harmless
+// devices only, a devpts of its own at /dev/pts (/dev/ptmx its ptmx), a
+// /dev/shm of its own and a /dev/mqueue of its IPC namespace. Unlike
+// Nomad's, /dev is nodev: berth has no device cgroup, so a device node a
+// task with CAP_MKNOD makes there must not open (the bound devices are
+// mounts of their own, not nodev); the task's root is nodev for the
+// same reason (makeRoot).
 func mountSpecial(root string) error {
-	proc := filepath.Join(root, "proc")
-	if err := mountPoint(proc, true); err != nil {
-		return err
+	type special struct {
+		dest, fstype, source string
+		flags                uintptr
+		data                 string
 	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount /proc: %w", err)
+	mount := func(m special) error {
+		t := filepath.Join(root, m.dest)
+		if err := mountPoint(t, true); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.source, t, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount %s: %w", m.dest, err)
+		}
+		return nil
+	}
+	for _, m := range []special{
+		{"/proc", "proc", "proc", noExecSuidDev, ""},
+		{"/sys", "sysfs", "sysfs", noExecSuidDev | unix.MS_RDONLY, ""},
+		{"/dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV, "mode=755,size=65536k"},
+	} {
+		if err := mount(m); err != nil {
+			return err
+		}
 	}
 	dev := filepath.Join(root, "dev")
-	if err := mountPoint(dev, true); err != nil {
-		return err
-	}
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=65536k"); err != nil {
-		return fmt.Errorf("mount /dev: %w", err)
-	}
 	for _, d := range devices {
 		src := "/dev/" + d
 		if _, err := os.Stat(src); err != nil {
@@ -268,17 +309,67 @@ func mountSpecial(root string) error {
 			return fmt.Errorf("bind %s: %w", src, err)
 		}
 	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"} {
 		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
 			return err
 		}
 	}
-	shm := filepath.Join(dev, "shm")
-	if err := os.Mkdir(shm, 0o1777); err != nil {
+	for _, m := range []special{
+		{"/dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{"/dev/shm", "tmpfs", "shm", noExecSuidDev, "mode=1777,size=65536k"},
+		{"/dev/mqueue", "mqueue", "mqueue", noExecSuidDev, ""},
+	} {
+		if err := mount(m); err != nil {
+			return err
+		}
+	}
+	for _, p := range maskedPaths {
+		if err := mask(root, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range readonlyPaths {
+		if err := readOnly(root, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mask hides p (as runc does): /dev/null over a file, an empty read-only
+// tmpfs over a directory. A path this kernel lacks is passed over.
+func mask(root, p string) error {
+	t := filepath.Join(root, p)
+	fi, err := os.Stat(t)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k"); err != nil {
-		return fmt.Errorf("mount /dev/shm: %w", err)
+	if fi.IsDir() {
+		err = unix.Mount("tmpfs", t, "tmpfs", unix.MS_RDONLY|noExecSuidDev, "size=0k,mode=555")
+	} else {
+		err = unix.Mount("/dev/null", t, "", unix.MS_BIND, "")
+	}
+	if err != nil {
+		return fmt.Errorf("mask %s: %w", p, err)
+	}
+	return nil
+}
+
+// readOnly makes p (and what is mounted under it) read-only: bound onto
+// itself, then remounted so. A path this kernel lacks is passed over.
+func readOnly(root, p string) error {
+	t := filepath.Join(root, p)
+	if _, err := os.Stat(t); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Mount(t, t, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", p, err)
+	}
+	if err := setAttr(t, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, true); err != nil {
+		return fmt.Errorf("make %s read-only: %w", p, err)
 	}
 	return nil
 }

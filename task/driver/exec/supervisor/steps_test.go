@@ -136,7 +136,7 @@ func TestStepMakeRoot(t *testing.T) {
 	if !errors.Is(roWrite, unix.EROFS) {
 		t.Errorf("writing a read-only bound file: %v", roWrite)
 	}
-	wantDev := append(slices.Clone(devices), "fd", "stdin", "stdout", "stderr", "shm")
+	wantDev := append(slices.Clone(devices), "fd", "stdin", "stdout", "stderr", "shm", "pts", "ptmx", "mqueue")
 	slices.Sort(wantDev)
 	if !slices.Equal(dev, wantDev) {
 		t.Errorf("/dev holds %v, want %v", dev, wantDev)

@@ -414,6 +414,7 @@ func checkMounts(t *testing.T, mounts []mountInfo) {
 	for _, m := range mounts {
 		byPoint[m.Point] = m
 		ok := m.Point == "/" || m.Point == "/proc" || m.Point == "/dev" || strings.HasPrefix(m.Point, "/dev/") ||
+			m.Point == "/sys" || m.Point == "/sys/firmware" || slices.Contains(readonlyPaths, m.Point) || slices.Contains(maskedPaths, m.Point) ||
 			m.Point == "/alloc" || m.Point == "/berth" || m.Point == "/usr" || strings.HasPrefix(m.Point, "/usr/") ||
 			m.Point == "/bin" || m.Point == "/lib" || m.Point == "/lib64"
 		if !ok {
@@ -425,13 +426,18 @@ func checkMounts(t *testing.T, mounts []mountInfo) {
 		fstype string
 		opts   []string
 	}{
-		"/proc":     {"proc", []string{"rw", "nosuid", "nodev", "noexec"}},
-		"/dev":      {"tmpfs", []string{"rw", "nosuid", "noexec"}},
-		"/dev/shm":  {"tmpfs", []string{"rw", "nosuid", "nodev", "noexec"}},
-		"/dev/null": {"", []string{"rw"}},
-		"/usr":      {"", []string{"ro", "nosuid", "nodev"}},
-		"/berth":    {"", []string{"ro", "nosuid", "nodev"}},
-		"/alloc":    {"", []string{"rw", "nosuid", "nodev"}},
+		"/":           {"", []string{"rw", "nosuid", "nodev"}},
+		"/proc":       {"proc", []string{"rw", "nosuid", "nodev", "noexec"}},
+		"/proc/sys":   {"proc", []string{"ro", "nosuid", "nodev", "noexec"}},
+		"/sys":        {"sysfs", []string{"ro", "nosuid", "nodev", "noexec"}},
+		"/dev":        {"tmpfs", []string{"rw", "nosuid", "nodev", "noexec"}},
+		"/dev/pts":    {"devpts", []string{"rw", "nosuid", "noexec"}},
+		"/dev/mqueue": {"mqueue", []string{"rw", "nosuid", "nodev", "noexec"}},
+		"/dev/shm":    {"tmpfs", []string{"rw", "nosuid", "nodev", "noexec"}},
+		"/dev/null":   {"", []string{"rw"}},
+		"/usr":        {"", []string{"ro", "nosuid", "nodev"}},
+		"/berth":      {"", []string{"ro", "nosuid", "nodev"}},
+		"/alloc":      {"", []string{"rw", "nosuid", "nodev"}},
 	} {
 		m, ok := byPoint[point]
 		if !ok {
