@@ -351,3 +351,31 @@ func TestSecExecRefusesTaskNamespaces(t *testing.T) {
 		t.Fatalf("exec into a task in its own user namespace: %v", err)
 	}
 }
+
+// With Nomad's default capabilities an exec task as nobody reads any file
+// of its root (CAP_DAC_OVERRIDE); the host's credentials under the
+// default chroot_env's /etc are masked, berth's token and TLS files under
+// /etc/berth among them.
+func TestSecExecHostSecretsMasked(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/etc/shadow"); err != nil {
+		t.Skipf("this host has no /etc/shadow: %v", err)
+	}
+	d := NewExec(Options{StoreID: testStore})
+	task := newTask(t, "", sh(`grep -c CapEff /proc/self/status; wc -c < /etc/shadow; ls -A /etc/berth 2>/dev/null | wc -l; `+
+		`for k in /etc/ssh/ssh_host_*_key; do [ -e "$k" ] && wc -c < "$k"; done; wc -c < /etc/passwd | grep -qv '^0$' && echo passwd-readable`))
+	task.User = "nobody"
+	res, out := runTask(t, d, task)
+	if !res.Successful() {
+		t.Fatalf("task failed: %+v %s", res, out)
+	}
+	lines := strings.Fields(out)
+	if len(lines) < 4 || lines[0] != "1" || lines[1] != "0" || lines[2] != "0" || lines[len(lines)-1] != "passwd-readable" {
+		t.Fatalf("the task read host secrets, or could not run: %q", out)
+	}
+	for _, n := range lines[3 : len(lines)-1] {
+		if n != "0" {
+			t.Errorf("an SSH host key is readable in the task's root: %q", out)
+		}
+	}
+}

@@ -105,6 +105,9 @@ func makeRoot(sp *Spec) error {
 	if err := mountSpecial(root); err != nil {
 		return err
 	}
+	if err := maskHostSecrets(root); err != nil {
+		return err
+	}
 	if err := unix.Chdir(root); err != nil {
 		return err
 	}
@@ -331,6 +334,34 @@ func mountSpecial(root string) error {
 	for _, p := range readonlyPaths {
 		if err := readOnly(root, p); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// hostSecrets are the host's credentials in the default chroot_env's /etc:
+// password hashes, SSH host keys, TLS private keys, and /etc/berth, where
+// the README puts the agent's token and TLS files. Nomad's chroot copy
+// holds them all, and with Nomad's default capabilities (CAP_SETUID,
+// CAP_DAC_OVERRIDE) a task as nobody reads them; berth hides them, as an
+// exec task reading the agent's token could run a raw_exec job as root.
+// Patterns are filepath.Match's.
+var hostSecrets = []string{
+	"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+	"/etc/ssh/ssh_host_*_key", "/etc/ssl/private", "/etc/berth",
+}
+
+// maskHostSecrets masks every hostSecrets path present in root.
+func maskHostSecrets(root string) error {
+	for _, pat := range hostSecrets {
+		matches, err := filepath.Glob(filepath.Join(root, pat))
+		if err != nil {
+			return fmt.Errorf("mask %s: %w", pat, err)
+		}
+		for _, m := range matches {
+			if err := mask(root, strings.TrimPrefix(m, root)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
