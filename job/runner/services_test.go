@@ -70,7 +70,7 @@ func TestSvcTemplateFailureKeepsTaskFromStarting(t *testing.T) {
 	if a.Status != store.AllocFailed || !ts.StartedAt.IsZero() || stdout(t, e, a, "t") != "" {
 		t.Errorf("status %s, task %+v, stdout %q: the task started", a.Status, ts, stdout(t, e, a, "t"))
 	}
-	if ev := eventTypes(a); !strings.Contains(ev, "Template Failure: task \"t\": template local/out: render:") || !strings.Contains(ev, "missing.txt") {
+	if ev := eventTypes(a); !strings.Contains(ev, "Template Failure (t): task \"t\": template local/out: render:") || !strings.Contains(ev, "missing.txt") {
 		t.Errorf("events:\n%s", ev)
 	}
 }
@@ -211,14 +211,16 @@ func TestSvcTemplateChangeModes(t *testing.T) {
 		t.Errorf("sig did not get SIGHUP: %q\n%s", out, ev)
 	}
 	log := readFile(filepath.Join(e.dataDir, "alloc", c.ID, "sig", "local", "script.log"))
-	if !strings.Contains(log, "ran") || !strings.Contains(ev, "Template Script: task sig") {
+	if !strings.Contains(log, "ran") || !strings.Contains(ev, "Template Script (sig)") {
 		t.Errorf("change script did not run: %q\n%s", log, ev)
 	}
 	rs := taskState(t, c, "rs")
 	if rs.Restarts < 1 || rs.Failed || strings.Count(stdout(t, e, c, "rs"), "start") != rs.Restarts+1 {
 		t.Errorf("rs: %+v, stdout %q\n%s", rs, stdout(t, e, c, "rs"), ev)
 	}
-	if !strings.Contains(ev, "Restart Signaled: task rs: template(s) local/c re-rendered, change_mode restart") || strings.Contains(ev, "Restarting: task rs") {
+	// Nomad's events: the template's Restart Signaled, then Restarting
+	// at once (not after the policy's delay).
+	if !strings.Contains(ev, "Restart Signaled (rs): Template with change_mode restart re-rendered: local/c") || !strings.Contains(ev, "Restarting (rs): Task restarting in 0s") {
 		t.Errorf("rs restart events (a template restart is not the restart policy's):\n%s", ev)
 	}
 }
