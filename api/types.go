@@ -462,9 +462,12 @@ type TaskHandle struct {
 
 // Event is one line of an allocation's timeline.
 type Event struct {
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"` // e.g. "Received", "Network", "Restarting", "Killed", "Network removed"
-	Message string    `json:"message"`
+	Time time.Time `json:"time"`
+	Type string    `json:"type"` // e.g. "Received", "Started", "Terminated", "Restarting", "Killed", "Network removed"
+	// Task names the task of a task event (Nomad's TaskEvent: its Type
+	// and, as Message, its DisplayMessage); empty for the allocation's.
+	Task    string `json:"task,omitempty"`
+	Message string `json:"message"`
 }
 
 // NetworkStatus is where an allocation's namespace is and what CNI gave

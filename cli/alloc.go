@@ -147,9 +147,9 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 	if len(a.Events) > 0 {
 		fmt.Fprintf(g.stdout, "\nEvents\n")
 		w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "  TIME\tTYPE\tMESSAGE")
+		fmt.Fprintln(w, "  TIME\tTASK\tTYPE\tMESSAGE")
 		for _, e := range a.Events {
-			fmt.Fprintf(w, "  %s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.Type, e.Message)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), dash(e.Task), e.Type, e.Message)
 		}
 		return w.Flush()
 	}

@@ -123,9 +123,12 @@ type TaskState struct {
 
 // Event is one line of an allocation's timeline.
 type Event struct {
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"`
-	Message string    `json:"message"`
+	Time time.Time `json:"time"`
+	Type string    `json:"type"`
+	// Task is the task the event is about, as Nomad's task events (its
+	// type and message Nomad's words); empty for the allocation's own.
+	Task    string `json:"task,omitempty"`
+	Message string `json:"message"`
 }
 
 // NetworkStatus is what the allocation's network looks like, as Nomad's

@@ -206,15 +206,15 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		case errors.Is(err, driver.ErrExitUnknown) && a.job.RunsToCompletion():
 			// Its work may be done: running it again could do it twice.
 			a.log.Warn("an unrecorded task ran and could not be adopted; its exit cannot be known, not run again", "task", ts.Name, "err", err)
-			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (started by an earlier agent that did not record it): not run again", ts.Name, err))
+			a.restoreTaskEvent(i, EventExitUnknown, fmt.Sprintf("Started by an earlier agent that did not record it: %v; how it ended cannot be known: not run again", err))
 			a.setTask(i, exitUnknown)
 			mark() // the run must see it dead, not start it
 			continue
 		case errors.Is(err, driver.ErrExitUnknown):
-			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: %v; a service: started again", ts.Name, err))
+			a.restoreTaskEvent(i, EventRemovedUnrecorded, fmt.Sprintf("%v; a service: started again", err))
 			continue
 		case len(removed) > 0:
-			a.restoreEvent(EventRemovedUnrecorded, fmt.Sprintf("task %s: removed what an earlier agent started and did not record: %s", ts.Name, strings.Join(removed, ", ")))
+			a.restoreTaskEvent(i, EventRemovedUnrecorded, "Removed what an earlier agent started and did not record: "+strings.Join(removed, ", "))
 		}
 		if err != nil {
 			a.log.Warn("could not look for what an earlier agent started for a task", "task", ts.Name, "err", err)
@@ -227,7 +227,7 @@ func (a *allocRun) findUnrecorded(ctx context.Context) []driver.Handle {
 		found[i] = h
 		st := h.State()
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle, ts.StartedAt = "running", &st, a.now() })
-		a.restoreEvent(EventAdopted, fmt.Sprintf("task %s: adopted %s, started by an earlier agent that did not record it", ts.Name, describeHandle(&st)))
+		a.restoreTaskEvent(i, EventAdopted, fmt.Sprintf("Adopted %s, started by an earlier agent that did not record it", describeHandle(&st)))
 	}
 	if found != nil {
 		a.save(ctx)
@@ -269,6 +269,16 @@ func (a *allocRun) dropFound(ctx context.Context) {
 // and counts it (Metrics.Restore).
 func (a *allocRun) restoreEvent(typ, msg string) {
 	a.event(typ, msg)
+	a.countRestore(typ)
+}
+
+// restoreTaskEvent is restoreEvent about task i.
+func (a *allocRun) restoreTaskEvent(i int, typ, msg string) {
+	a.taskEvent(i, typ, msg)
+	a.countRestore(typ)
+}
+
+func (a *allocRun) countRestore(typ string) {
 	if m, ok := a.r.o.Metrics.(RestoreMetrics); ok {
 		m.Restore(typ)
 	}
@@ -431,7 +441,7 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 			// go of it: the exit stands, what is left is removed.
 			handles[i] = &exitedHandle{res: &driver.ExitResult{ExitCode: ts.ExitCode, Signal: ts.Signal, StartedAt: ts.StartedAt, FinishedAt: ts.FinishedAt},
 				cleanup: func(ctx context.Context) error { return drv.Cleanup(ctx, *ts.Handle) }}
-			a.restoreEvent(EventExitRecorded, fmt.Sprintf("task %s had exited (code %d) before the last agent died; its exit is kept, %s removed", ts.Name, ts.ExitCode, describeHandle(ts.Handle)))
+			a.restoreTaskEvent(i, EventExitRecorded, fmt.Sprintf("Task had exited (Exit Code: %d) before the last agent died; its exit is kept, %s removed", ts.ExitCode, describeHandle(ts.Handle)))
 			continue
 		}
 		var h driver.Handle
@@ -445,7 +455,7 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 		if err == nil {
 			fault.Point(fault.AfterRecover)
 			handles[i] = h
-			a.restoreEvent(EventReattached, fmt.Sprintf("task %s (%s) re-attached after an agent restart", ts.Name, describeHandle(ts.Handle)))
+			a.restoreTaskEvent(i, EventReattached, fmt.Sprintf("Task (%s) re-attached after an agent restart", describeHandle(ts.Handle)))
 			continue
 		}
 		if drv != nil {
@@ -456,12 +466,12 @@ func (a *allocRun) recoverTasks(ctx context.Context, found []driver.Handle) []dr
 		if a.job.RunsToCompletion() {
 			// Its work may be done: running it again could do it twice.
 			a.log.Warn("task not re-attached and its exit cannot be known; not run again", "task", ts.Name, "err", err)
-			a.restoreEvent(EventExitUnknown, fmt.Sprintf("task %s: %v; how it ended cannot be known (it ended while no agent ran, and what recorded its exit is gone): not run again", ts.Name, err))
+			a.restoreTaskEvent(i, EventExitUnknown, fmt.Sprintf("%v; how it ended cannot be known (it ended while no agent ran, and what recorded its exit is gone): not run again", err))
 			a.setTask(i, exitUnknown)
 			continue
 		}
 		a.log.Warn("task not re-attached; it is cleaned up and started again", "task", ts.Name, "err", err)
-		a.restoreEvent(EventNotReattached, fmt.Sprintf("task %s: %v; started again", ts.Name, err))
+		a.restoreTaskEvent(i, EventNotReattached, fmt.Sprintf("%v; started again", err))
 		a.setTask(i, func(ts *store.TaskState) {
 			ts.State, ts.Handle = "pending", nil
 			ts.Restarts++
@@ -648,7 +658,7 @@ func (r *Runner) finishEnded(ctx context.Context, a *allocRun) *store.Allocation
 			}
 		}
 		if ts.Exited && ts.State != "dead" {
-			a.restoreEvent(EventExitRecorded, fmt.Sprintf("task %s had exited (code %d) before the last agent died; its exit is kept, not run again", ts.Name, ts.ExitCode))
+			a.restoreTaskEvent(i, EventExitRecorded, fmt.Sprintf("Task had exited (Exit Code: %d) before the last agent died; its exit is kept, not run again", ts.ExitCode))
 		}
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Handle = "dead", nil })
 	}

@@ -199,7 +199,7 @@ func (r *Runner) RestartAlloc(ctx context.Context, id, task string) ([]string, e
 		names[k] = c.t.Name
 		before[k] = a.alloc.Tasks[c.i].StartedAt
 		c.restartReq = true
-		a.eventLocked("Restart Signaled", fmt.Sprintf("task %s: restart requested by the operator", c.t.Name))
+		a.taskEventLocked(c.i, TaskRestartSignal, "User requested restart")
 		c.restart(errUserRestart)
 	}
 	a.mu.Unlock()
@@ -241,7 +241,7 @@ func (r *Runner) SignalAlloc(ctx context.Context, id, task string, sig syscall.S
 	var ts []target
 	for _, c := range cs {
 		ts = append(ts, target{c.t.Name, c.h})
-		a.eventLocked("Signaling", fmt.Sprintf("task %s: sending %s (by the operator)", c.t.Name, signalName(sig)))
+		a.taskEventLocked(c.i, TaskSignaling, fmt.Sprintf("Task being sent signal %s: user requested signal", signalName(sig)))
 	}
 	a.mu.Unlock()
 	if err != nil {

@@ -207,22 +207,26 @@ func (lc *lifecycle) each(ok func(*taskCtl) bool, roles ...role) bool {
 
 // killReason says why the allocation's tasks must be stopped before their
 // time, or "": a stop, a failed task, the leader's end.
-func (lc *lifecycle) killReason(ctx context.Context) string {
+func (lc *lifecycle) killReason(ctx context.Context) (why string, ev killEvent) {
 	if ctx.Err() != nil {
-		return "allocation stopped"
+		return "allocation stopped", killEvent{}
 	}
 	for _, c := range lc.ctl {
 		if c.role != rolePoststop && c.launched && c.isDone() && lc.failed(c) {
-			return fmt.Sprintf("task %s (%s) failed", c.t.Name, c.role)
+			return fmt.Sprintf("task %s (%s) failed", c.t.Name, c.role), killEvent{TaskSiblingFailed, fmt.Sprintf("Task's sibling %q failed", c.t.Name)}
 		}
 	}
 	for _, c := range lc.ctl {
 		if c.t.Leader && c.launched && c.isDone() {
-			return fmt.Sprintf("leader task %s ended", c.t.Name)
+			return fmt.Sprintf("leader task %s ended", c.t.Name), killEvent{TaskLeaderDead, "Leader Task in Group dead"}
 		}
 	}
-	return ""
+	return "", killEvent{}
 }
+
+// killEvent is the task event Nomad gives each task a sibling's end
+// kills (none for a stop).
+type killEvent struct{ typ, msg string }
 
 // mainEnded reports whether the main tasks, and the poststart tasks that
 // are not sidecars, have all ended: what is left are sidecars.
@@ -279,8 +283,8 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string, handles []dri
 	detach := a.r.detached.Done()
 	for {
 		if killed == nil {
-			if why := lc.killReason(ctx); why != "" {
-				killed = lc.kill(why)
+			if why, ev := lc.killReason(ctx); why != "" {
+				killed = lc.kill(why, ev)
 			}
 		}
 		if killed == nil && !mainLaunched &&
@@ -295,7 +299,7 @@ func (a *allocRun) runLifecycle(ctx context.Context, netns string, handles []dri
 			postLaunched = true
 		}
 		if killed == nil && mainLaunched && lc.mainEnded() {
-			killed = lc.kill("main tasks ended")
+			killed = lc.kill("main tasks ended", killEvent{TaskMainDead, "Main tasks in the group died"})
 		}
 		if killed != nil {
 			stopped = nil
@@ -352,7 +356,7 @@ func isClosed(ch chan struct{}) bool {
 // kill stops every task that runs, in Nomad's order, and closes the
 // returned channel once they have ended. Tasks not launched yet never
 // will be (poststop tasks aside).
-func (lc *lifecycle) kill(why string) chan struct{} {
+func (lc *lifecycle) kill(why string, ev killEvent) chan struct{} {
 	a := lc.a
 	var never []string
 	for _, c := range lc.ctl {
@@ -384,6 +388,11 @@ func (lc *lifecycle) kill(why string) chan struct{} {
 			names[i] = c.t.Name
 		}
 		a.event("Killing", fmt.Sprintf("%s: stopping %s", why, strings.Join(names, ", ")))
+		if ev.typ != "" {
+			for _, c := range live {
+				a.taskEvent(c.i, ev.typ, ev.msg)
+			}
+		}
 		a.groupStopping()
 		if d := a.group.ShutdownDelay; d > 0 {
 			// Nomad's group shutdown_delay: between deregistering the
@@ -526,9 +535,9 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 		// the shutdown_delay.
 	} else if ctx.Err() == nil {
 		a.markOverran(i)
-		a.event("Max Run Duration Exceeded", fmt.Sprintf("task %s ran longer than its max_run_duration %s: stopping it", t.Name, t.MaxRunDuration))
+		a.taskEvent(i, "Max Run Duration Exceeded", fmt.Sprintf("Task ran longer than its max_run_duration %s", t.MaxRunDuration))
 	} else if t.ShutdownDelay > 0 {
-		a.event("Waiting Shutdown Delay", fmt.Sprintf("task %s: shutdown_delay %s", t.Name, t.ShutdownDelay))
+		a.taskEvent(i, "Waiting Shutdown Delay", fmt.Sprintf("Waiting %s before killing (shutdown_delay)", t.ShutdownDelay))
 		dctx, cancel := cleanup.Context(ctx, t.ShutdownDelay)
 		res, werr = h.Wait(dctx)
 		cancel()
@@ -540,7 +549,12 @@ func (a *allocRun) await(ctx context.Context, i int, h driver.Handle, dt *driver
 	if t.KillSignal != "" {
 		sig = t.KillSignal
 	}
-	a.event("Killing", fmt.Sprintf("task %s: sending %s, SIGKILL after %s", t.Name, sig, dt.KillTimeout))
+	if !errors.Is(context.Cause(rctx), errUserRestart) && !errors.Is(context.Cause(ctx), errRestart) {
+		// Nomad says Killing for a kill; a restart has said Restart
+		// Signaled already.
+		a.taskEvent(i, TaskKilling, killingMsg(dt.KillTimeout))
+	}
+	a.log.Info("stopping task", "task", t.Name, "signal", sig, "kill_timeout", dt.KillTimeout)
 	sctx, cancel := cleanup.Context(ctx, dt.KillTimeout+30*time.Second)
 	defer cancel()
 	serr := h.Stop(sctx, dt.KillTimeout)

@@ -67,10 +67,16 @@ func runOne(t *testing.T, e *env, src string) (*store.Allocation, *runner.Summar
 	return alloc, sum
 }
 
+// eventTypes are an allocation's events, one a line: "Type: message",
+// "Type (task): message" for a task's.
 func eventTypes(a *store.Allocation) string {
 	var l []string
 	for _, ev := range a.Events {
-		l = append(l, ev.Type+": "+ev.Message)
+		typ := ev.Type
+		if ev.Task != "" {
+			typ += " (" + ev.Task + ")"
+		}
+		l = append(l, typ+": "+ev.Message)
 	}
 	return strings.Join(l, "\n")
 }
@@ -306,7 +312,7 @@ func TestLifecycleLeader(t *testing.T) {
 	}
 	st := readStamps(t, filepath.Join(e.dataDir, "alloc", a.ID))
 	before(t, st, "leader end", "follower stopped")
-	if ev := eventTypes(a); !strings.Contains(ev, "leader task leader ended: stopping follower") {
+	if ev := eventTypes(a); !strings.Contains(ev, "leader task leader ended: stopping follower") || !strings.Contains(ev, "Leader Task Dead (follower): Leader Task in Group dead") {
 		t.Errorf("events:\n%s", ev)
 	}
 }
@@ -390,7 +396,7 @@ func TestKillSignalShutdownDelay(t *testing.T) {
 		t.Errorf("stubborn task: %+v, want SIGKILLed after its kill_timeout", ts)
 	}
 	ev := eventTypes(alloc)
-	for _, want := range []string{"Waiting Shutdown Delay: group g: shutdown_delay 700ms", "Waiting Shutdown Delay: task polite: shutdown_delay 500ms", "Killing: task polite: sending SIGINT"} {
+	for _, want := range []string{"Waiting Shutdown Delay: group g: shutdown_delay 700ms", "Waiting Shutdown Delay (polite): Waiting 500ms before killing (shutdown_delay)", "Killing (polite): Sent interrupt. Waiting"} {
 		if !strings.Contains(ev, want) {
 			t.Errorf("events lack %q:\n%s", want, ev)
 		}
@@ -452,7 +458,7 @@ func TestMaxRunDuration(t *testing.T) {
 	if d := ts.FinishedAt.Sub(ts.StartedAt); d < time.Second {
 		t.Errorf("killed after %s, before its max_run_duration", d)
 	}
-	if ev := eventTypes(a); !strings.Contains(ev, "Max Run Duration Exceeded: task t ran longer than its max_run_duration 1s") {
+	if ev := eventTypes(a); !strings.Contains(ev, "Max Run Duration Exceeded (t): Task ran longer than its max_run_duration 1s") {
 		t.Errorf("events:\n%s", ev)
 	}
 }

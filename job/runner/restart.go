@@ -3,8 +3,9 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
+	mrand "math/rand/v2"
+	"time"
 
 	"github.com/berth/berth/task/driver"
 )
@@ -73,11 +74,19 @@ func (a *allocRun) restartTask(i int, failure, fatal bool, why string) bool {
 	}
 	at.asked, at.failure, at.fatal = true, failure, fatal
 	x.mu.Unlock()
-	typ := "Restart Signaled"
+	typ := TaskRestartSignal
 	if fatal {
-		typ = "Killing"
+		typ = TaskKilling
 	}
-	a.event(typ, fmt.Sprintf("task %s: %s", a.group.Tasks[i].Name, why))
+	a.taskEvent(i, typ, why)
 	at.cancel(errRestart)
 	return true
+}
+
+// jitter is Nomad's restart delay: d plus a random part of a quarter of it.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + time.Duration(float64(mrand.Int64N(int64(d)))*0.25)
 }

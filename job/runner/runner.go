@@ -303,6 +303,9 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		a.alloc.Tasks = append(a.alloc.Tasks, store.TaskState{Name: t.Name, Driver: t.Driver, State: "pending"})
 	}
 	a.eventLocked("Received", "allocation created")
+	for i := range group.Tasks {
+		a.taskEventLocked(i, TaskReceived, "Task received by client")
+	}
 	if replaces != "" {
 		a.eventLocked("Replacement", "replaces allocation "+replaces+", stopped by the operator")
 	}
@@ -712,11 +715,11 @@ func (a *allocRun) runTask(ctx context.Context, i int, t *jobspec.Task, netns st
 	if err != nil {
 		return err
 	}
-	var restarts []time.Time
+	restarts := &restartTracker{start: time.Now()}
 	for {
 		res, forced, err := a.attempt(ctx, i, drv, dt, recovered)
 		recovered = nil
-		again, err := a.afterAttempt(ctx, i, t, res, err, forced, &restarts)
+		again, err := a.afterAttempt(ctx, i, t, res, err, forced, restarts)
 		if !again {
 			return err
 		}
@@ -786,7 +789,7 @@ func (a *allocRun) attempt(ctx context.Context, i int, drv driver.Driver, dt *dr
 // afterAttempt decides, after an attempt of task i ended, whether it runs
 // again (again) or what runTask returns. restarts are the restarts the
 // policy counts.
-func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res *driver.ExitResult, err error, forced restartOutcome, restarts *[]time.Time) (again bool, _ error) {
+func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res *driver.ExitResult, err error, forced restartOutcome, restarts *restartTracker) (again bool, _ error) {
 	if errors.Is(err, errDetached) {
 		return false, err
 	}
@@ -794,12 +797,15 @@ func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res
 		// Asked by the operator: not a failure, and not counted
 		// against the restart policy (as in Nomad).
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State, ts.Failed = "pending", false })
-		a.event("Restarting", fmt.Sprintf("task %s: restart requested by the operator", t.Name))
+		a.taskEvent(i, TaskRestarting, restartingMsg("", 0))
 		return true, nil
 	}
 	if ctx.Err() != nil {
 		// Killed because the allocation was stopped, not failed.
 		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", false })
+		if res != nil {
+			a.taskEvent(i, TaskKilled, "Task successfully killed")
+		}
 		return false, err
 	}
 	if a.overran(i) {
@@ -809,12 +815,12 @@ func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res
 	if err != nil {
 		// The driver could not start it: counts as a failure for the
 		// restart policy too.
-		a.event("Driver Failure", fmt.Sprintf("task %s: %v", t.Name, err))
+		a.taskEvent(i, TaskDriverFailure, err.Error())
 	}
 	if errors.Is(err, driver.ErrExitUnknown) && a.job.RunsToCompletion() {
 		// The start failed half-way and the task may have run: running
 		// it again could do its work twice.
-		a.event(EventExitUnknown, fmt.Sprintf("task %s: its start got no answer and it may have run; how it ended cannot be known: not run again", t.Name))
+		a.taskEvent(i, EventExitUnknown, "Its start got no answer and it may have run; how it ended cannot be known: not run again")
 		a.setTask(i, exitUnknown)
 		return false, fmt.Errorf("task %q: %w", t.Name, err)
 	}
@@ -825,6 +831,7 @@ func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res
 	if forced.restarted && !forced.failure {
 		// A template's change_mode "restart": at once, not counted.
 		a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
+		a.taskEvent(i, TaskRestarting, restartingMsg("", 0))
 		return true, nil
 	}
 	success := err == nil && res.Successful() && !forced.restarted
@@ -835,41 +842,50 @@ func (a *allocRun) afterAttempt(ctx context.Context, i int, t *jobspec.Task, res
 	return a.restartByPolicy(ctx, i, t, err, restarts)
 }
 
-// restartByPolicy applies task i's restart policy (attempts within
-// interval, then fail or delay) after a failed or ended attempt, and
-// waits its delay before the next.
-func (a *allocRun) restartByPolicy(ctx context.Context, i int, t *jobspec.Task, err error, restarts *[]time.Time) (again bool, _ error) {
+// restartTracker counts a task's restarts as Nomad's restart tracker
+// does: in a window of the policy's interval that opens when the task is
+// first run, and again at the first failure after it closed.
+type restartTracker struct {
+	start time.Time
+	count int
+}
+
+// restartByPolicy applies task i's restart policy after a failed or
+// ended attempt, as Nomad 1.6.5: attempts within the interval, each after
+// the delay plus up to a quarter of it (jitter); beyond them mode "fail"
+// ends the task and mode "delay" waits until the interval's end, the next
+// failure opening a new one. While it waits the task is pending (and so
+// is the allocation when none of its tasks runs).
+func (a *allocRun) restartByPolicy(ctx context.Context, i int, t *jobspec.Task, err error, rt *restartTracker) (again bool, _ error) {
 	pol := t.Restart
 	now := time.Now()
-	kept := (*restarts)[:0]
-	for _, r := range *restarts {
-		if now.Sub(r) < pol.Interval {
-			kept = append(kept, r)
+	notRestarting := func(reason string) (bool, error) {
+		a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
+		a.taskEvent(i, TaskNotRestarting, reason)
+		if err != nil {
+			return false, fmt.Errorf("task %q: %w", t.Name, err)
 		}
+		return false, nil
 	}
-	*restarts = kept
-	if len(kept) >= pol.Attempts {
-		if pol.Mode != jobspec.RestartDelay || len(kept) == 0 {
-			a.setTask(i, func(ts *store.TaskState) { ts.State, ts.Failed = "dead", true })
-			a.event("Not Restarting", fmt.Sprintf("task %s: exceeded %d restart attempts in %s", t.Name, pol.Attempts, pol.Interval))
-			if err != nil {
-				return false, fmt.Errorf("task %q: %w", t.Name, err)
-			}
-			return false, nil
-		}
-		wait := pol.Interval - now.Sub(kept[0])
-		a.event("Restart Delayed", fmt.Sprintf("task %s: %d restarts in %s; waiting %s", t.Name, len(kept), pol.Interval, wait.Round(time.Second)))
-		if !sleep(ctx, wait) {
-			a.setTask(i, func(ts *store.TaskState) { ts.State = "dead" })
-			return false, nil
-		}
-		*restarts = nil
+	if pol.Attempts == 0 {
+		return notRestarting(reasonNoRestarts)
 	}
-	*restarts = append(*restarts, time.Now())
+	if now.After(rt.start.Add(pol.Interval)) {
+		rt.start, rt.count = now, 0
+	}
+	rt.count++
+	reason, wait := "", jitter(pol.Delay)
+	if rt.count > pol.Attempts {
+		if pol.Mode != jobspec.RestartDelay {
+			return notRestarting(fmt.Sprintf("Exceeded allowed attempts %d in interval %v and mode is %q", pol.Attempts, pol.Interval, pol.Mode))
+		}
+		reason, wait = reasonDelay, rt.start.Add(pol.Interval).Sub(now)
+	}
 	a.setTask(i, func(ts *store.TaskState) { ts.Restarts++; ts.State = "pending" })
-	a.event("Restarting", fmt.Sprintf("task %s: restart %d in %s", t.Name, len(*restarts), pol.Delay))
+	a.pendingIfIdle(ctx)
+	a.taskEvent(i, TaskRestarting, restartingMsg(reason, wait))
 	dctx, cancel := a.r.untilDetach(ctx)
-	slept := sleep(dctx, pol.Delay)
+	slept := sleep(dctx, wait)
 	cancel()
 	if a.r.Detached() && ctx.Err() == nil {
 		// Restarted by the next agent.
@@ -881,6 +897,24 @@ func (a *allocRun) restartByPolicy(ctx context.Context, i int, t *jobspec.Task, 
 		return false, nil
 	}
 	return true, nil
+}
+
+// pendingIfIdle reports the running allocation pending while none of
+// its tasks runs (one waits to restart), as Nomad derives its client
+// status from its tasks'; the next start reports it running again.
+func (a *allocRun) pendingIfIdle(ctx context.Context) {
+	a.mu.Lock()
+	idle := a.alloc.Status == store.AllocRunning
+	for _, ts := range a.alloc.Tasks {
+		idle = idle && ts.State != "running"
+	}
+	if idle {
+		a.alloc.Status = store.AllocPending
+	}
+	a.mu.Unlock()
+	if idle {
+		a.save(ctx)
+	}
 }
 
 // event records an allocation event.
@@ -928,6 +962,13 @@ func (a *allocRun) runOnce(ctx context.Context, i int, drv driver.Driver, dt *dr
 	// gc's task sweep (container labels, task cgroups, supervisors).
 	fault.PointCtx(ctx, fault.TaskStarted)
 	st := h.State()
+	a.mu.Lock()
+	if a.alloc.Status == store.AllocPending {
+		// Back from waiting to restart (pendingIfIdle).
+		a.alloc.Status = store.AllocRunning
+	}
+	a.taskEventLocked(i, TaskStarted, "Task started by client")
+	a.mu.Unlock()
 	a.setTask(i, func(ts *store.TaskState) {
 		ts.State, ts.StartedAt, ts.Handle, ts.NotStarted, ts.Exited = "running", a.now(), &st, "", false
 		ts.FinishedAt, ts.ExitCode, ts.Signal = time.Time{}, 0, 0
@@ -964,6 +1005,7 @@ func (a *allocRun) supervise(ctx context.Context, i int, h driver.Handle, dt *dr
 			ts.Exited, ts.ExitCode, ts.Signal = true, res.ExitCode, res.Signal
 			ts.FinishedAt = a.finishedAt(i, ts, res)
 		})
+		a.taskEvent(i, TaskTerminated, terminatedMsg(res))
 		a.save(ctx)
 		fault.Point(fault.TaskExitRecorded)
 	}

@@ -70,7 +70,7 @@ func TestSvcTemplateFailureKeepsTaskFromStarting(t *testing.T) {
 	if a.Status != store.AllocFailed || !ts.StartedAt.IsZero() || stdout(t, e, a, "t") != "" {
 		t.Errorf("status %s, task %+v, stdout %q: the task started", a.Status, ts, stdout(t, e, a, "t"))
 	}
-	if ev := eventTypes(a); !strings.Contains(ev, "Template Failure: task \"t\": template local/out: render:") || !strings.Contains(ev, "missing.txt") {
+	if ev := eventTypes(a); !strings.Contains(ev, "Template Failure (t): task \"t\": template local/out: render:") || !strings.Contains(ev, "missing.txt") {
 		t.Errorf("events:\n%s", ev)
 	}
 }
@@ -211,14 +211,16 @@ func TestSvcTemplateChangeModes(t *testing.T) {
 		t.Errorf("sig did not get SIGHUP: %q\n%s", out, ev)
 	}
 	log := readFile(filepath.Join(e.dataDir, "alloc", c.ID, "sig", "local", "script.log"))
-	if !strings.Contains(log, "ran") || !strings.Contains(ev, "Template Script: task sig") {
+	if !strings.Contains(log, "ran") || !strings.Contains(ev, "Template Script (sig)") {
 		t.Errorf("change script did not run: %q\n%s", log, ev)
 	}
 	rs := taskState(t, c, "rs")
 	if rs.Restarts < 1 || rs.Failed || strings.Count(stdout(t, e, c, "rs"), "start") != rs.Restarts+1 {
 		t.Errorf("rs: %+v, stdout %q\n%s", rs, stdout(t, e, c, "rs"), ev)
 	}
-	if !strings.Contains(ev, "Restart Signaled: task rs: template(s) local/c re-rendered, change_mode restart") || strings.Contains(ev, "Restarting: task rs") {
+	// Nomad's events: the template's Restart Signaled, then Restarting
+	// at once (not after the policy's delay).
+	if !strings.Contains(ev, "Restart Signaled (rs): Template with change_mode restart re-rendered: local/c") || !strings.Contains(ev, "Restarting (rs): Task restarting in 0s") {
 		t.Errorf("rs restart events (a template restart is not the restart policy's):\n%s", ev)
 	}
 }
@@ -293,5 +295,119 @@ func TestSvcDeregisteredBeforeShutdownDelay(t *testing.T) {
 	}
 	if a.Status != store.AllocComplete {
 		t.Errorf("status %s", a.Status)
+	}
+}
+
+// A template reading a service is not restarted when only the health of
+// its instances changes (issue 23 item 9): as Nomad 1.6.5's nomadService,
+// it renders every registered instance whatever its checks say, so the
+// check turning passing re-renders the same bytes, and change_mode does
+// not apply.
+func TestSvcTemplateHealthChangeNoRestart(t *testing.T) {
+	e, reg := newSvcEnv(t, "10.199.241.0/24")
+	provider := e.job(t, `job "tplhp" {
+  type = "service"
+  group "web" {
+    network {
+      mode = "cni/private"
+      port "http" {
+        to = 8080
+      }
+    }
+    service {
+      name         = "tplhealth"
+      port         = "http"
+      provider     = "nomad"
+      address_mode = "alloc"
+      check {
+        type         = "http"
+        path         = "/index.html"
+        interval     = "1s"
+        timeout      = "1s"
+        address_mode = "alloc"
+      }
+    }
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        # Not serving for a while: the check is not passing when the
+        # client first renders.
+        args    = ["-c", "mkdir -p $NOMAD_TASK_DIR/www && echo hi > $NOMAD_TASK_DIR/www/index.html && sleep 2 && exec /bin/busybox httpd -f -p 8080 -h $NOMAD_TASK_DIR/www"]
+      }
+    }
+  }
+}`)
+	pctx, stopProvider := context.WithCancel(testenv.Context(t, 3*time.Minute))
+	defer stopProvider()
+	var web *store.Allocation
+	var psum *runner.Summary
+	var perr error
+	pdone := make(chan struct{})
+	go func() {
+		defer close(pdone)
+		psum, perr = e.r.RunJob(pctx, provider, runner.RunOptions{OnAlloc: func(a *store.Allocation) { web = a }})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for len(reg.Own(store.ServiceFilter{Name: "tplhealth"})) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the provider's service was not registered in a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if own := reg.Own(store.ServiceFilter{Name: "tplhealth"}); own[0].Health == store.CheckPassing {
+		t.Fatalf("the provider's check passes already (its server waits 2s): %+v", own[0])
+	}
+	client := e.job(t, `job "tplhc" {
+  type = "batch"
+  group "client" {
+    task "rs" {
+      driver = "raw_exec"
+      template {
+        data        = "{{ range nomadService \"tplhealth\" }}{{ .Port }}{{ end }}"
+        destination = "local/c"
+        change_mode = "restart"
+        splay       = "0s"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo start; sleep 5"]
+      }
+    }
+  }
+}`)
+	var c *store.Allocation
+	csum, err := e.r.RunJob(testenv.Context(t, 3*time.Minute), client, runner.RunOptions{OnAlloc: func(a *store.Allocation) { c = a }})
+	testenv.Must(t, err)
+	stopProvider()
+	<-pdone
+	testenv.Must(t, perr)
+	checkClean(t, e, csum)
+	checkClean(t, e, psum)
+	if c == nil || c.Status != store.AllocComplete || web == nil {
+		t.Fatalf("client %+v, provider %+v", c, web)
+	}
+	ev := eventTypes(c)
+	if rs := taskState(t, c, "rs"); rs.Restarts != 0 || strings.Contains(ev, "Restart Signaled") {
+		t.Errorf("rs restarted: %+v\n%s", rs, ev)
+	}
+	if f := readFile(filepath.Join(e.dataDir, "alloc", c.ID, "rs", "local", "c")); f != "8080" {
+		t.Errorf("rendered %q, want the instance's port from the first render", f)
+	}
+	// The health did change while the client ran: its check turned
+	// passing before the client's task ended.
+	var passed, ended time.Time
+	for _, e := range web.Events {
+		if e.Type == "Check Status" && strings.Contains(e.Message, "-> passing") && passed.IsZero() {
+			passed = e.Time
+		}
+	}
+	for _, e := range taskEvents(c, "rs") {
+		if e.Type == runner.TaskTerminated {
+			ended = e.Time
+		}
+	}
+	if passed.IsZero() || ended.IsZero() || !passed.Before(ended) {
+		t.Errorf("the provider's check did not turn passing while the client ran (passing %v, client ended %v)\nprovider:\n%s", passed, ended, eventTypes(web))
 	}
 }

@@ -134,34 +134,33 @@ func (a *allocRun) taskPaths(drv driver.Driver, t *jobspec.Task) driver.TaskPath
 // task runner hooks: its directory, its artifacts, its dispatch payload.
 // An error fails the task (and so the allocation); its event says why.
 func (a *allocRun) prepareTask(ctx context.Context, t *jobspec.Task, vars map[string]string) error {
+	i := a.taskIndex(t)
 	td, err := a.makeTaskDir(ctx, t)
 	if err != nil {
-		a.event("Setup Failure", err.Error())
+		a.taskEvent(i, TaskSetupFailure, err.Error())
 		return err
 	}
 	var cred driver.Credential
 	if len(t.Artifacts) > 0 {
 		a.phase(ctx, PhaseArtifacts)
+		a.taskEvent(i, TaskDownloadArtifacts, "Client is downloading artifacts")
 		if cred, err = a.fetchCredential(ctx, t, td); err != nil {
 			err = fmt.Errorf("task %q: artifacts: %w", t.Name, err)
-			a.event("Failed Artifact Download", err.Error())
+			a.taskEvent(i, TaskArtifactFailed, err.Error())
 			return err
 		}
 	}
 	for _, art := range t.Artifacts {
 		if err := a.fetchArtifact(ctx, td, art, vars, cred); err != nil {
 			err = fmt.Errorf("task %q: artifact %s%s: %w", t.Name, art.Source, atPos(art.Pos), err)
-			a.event("Failed Artifact Download", err.Error())
+			a.taskEvent(i, TaskArtifactFailed, err.Error())
 			return err
 		}
-	}
-	if len(t.Artifacts) > 0 {
-		a.event("Downloading Artifacts", fmt.Sprintf("task %s: %d artifact(s) fetched", t.Name, len(t.Artifacts)))
 	}
 	if p := t.PayloadPath(); p != "" && a.job.Dispatched {
 		if err := a.writePayload(td, p); err != nil {
 			err = fmt.Errorf("task %q: dispatch_payload: %w", t.Name, err)
-			a.event("Setup Failure", err.Error())
+			a.taskEvent(i, TaskSetupFailure, err.Error())
 			return err
 		}
 	}
@@ -221,12 +220,13 @@ func (a *allocRun) writePayload(taskDir, rel string) error {
 // it beyond its config (its allocation dir, kill signal, resources), then
 // prepares its directory (prepareTask).
 func (a *allocRun) setupTask(ctx context.Context, t *jobspec.Task, dt *driver.Task, vars map[string]string) error {
+	a.taskEvent(a.taskIndex(t), TaskSetup, "Building Task Directory")
 	dt.AllocDir = a.dir
 	if t.KillSignal != "" {
 		sig, ok := jobspec.SignalNumber(t.KillSignal)
 		if !ok {
 			err := fmt.Errorf("task %q: kill_signal %q is not a signal of this system", t.Name, t.KillSignal)
-			a.event("Setup Failure", err.Error())
+			a.taskEvent(a.taskIndex(t), TaskSetupFailure, err.Error())
 			return err
 		}
 		dt.KillSignal = sig

@@ -222,7 +222,7 @@ func TestArtifacts(t *testing.T) {
 	if got, want := stdout(t, e, a, "check"), "hello\nconf\nleaf\nreadme\n<h1>hi</h1>\nbody{}\n"; got != want {
 		t.Errorf("fetched files: %q, want %q", got, want)
 	}
-	if !strings.Contains(eventTypes(a), "Downloading Artifacts: task t: 5 artifact(s) fetched") {
+	if !strings.Contains(eventTypes(a), "Downloading Artifacts (t): Client is downloading artifacts") {
 		t.Errorf("events:\n%s", eventTypes(a))
 	}
 }
@@ -292,7 +292,7 @@ func TestArtifactFailures(t *testing.T) {
 			if a.Status != store.AllocFailed || !strings.Contains(a.StatusDesc, tc.want) {
 				t.Errorf("allocation %s: %q, want failed with %q", a.Status, a.StatusDesc, tc.want)
 			}
-			if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download: task \"t\": artifact ") {
+			if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download (t): task \"t\": artifact ") {
 				t.Errorf("events:\n%s", ev)
 			}
 			if ts := taskState(t, a, "t"); !ts.StartedAt.IsZero() || !ts.Failed {

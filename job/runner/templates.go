@@ -74,7 +74,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 				name = rel(tt.dir, rt.dest)
 			}
 			err = fmt.Errorf("task %q: template %s: %w", t.Name, name, err)
-			a.event("Template Failure", err.Error())
+			a.taskEvent(i, "Template Failure", err.Error())
 			return err
 		}
 		tt.list = append(tt.list, rt)
@@ -98,7 +98,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 		}()
 	}
 	x.mu.Unlock()
-	a.event("Templates Rendered", fmt.Sprintf("task %s: %s", t.Name, strings.Join(dests, ", ")))
+	a.taskEvent(i, "Templates Rendered", "Rendered "+strings.Join(dests, ", "))
 	return nil
 }
 
@@ -309,7 +309,7 @@ func (a *allocRun) watchTemplates(ctx context.Context, tt *taskTemplates) {
 			ok, err := a.renderTemplate(tt, rt)
 			if err != nil {
 				// The file keeps its last content.
-				a.event("Template Failure", fmt.Sprintf("task %s: template %s: %v", tt.t.Name, rel(tt.dir, rt.dest), err))
+				a.taskEvent(tt.i, "Template Failure", fmt.Sprintf("template %s: %v", rel(tt.dir, rt.dest), err))
 				continue
 			}
 			if ok {
@@ -384,16 +384,17 @@ func (a *allocRun) applyChangeModes(ctx context.Context, tt *taskTemplates, rts 
 		}
 		splay = max(splay, rt.spec.Splay)
 	}
-	what := "template(s) " + strings.Join(names, ", ") + " re-rendered"
+	what := "Template " + strings.Join(names, ", ") + " re-rendered"
 	if !restart && len(signals) == 0 && len(scripts) == 0 {
-		a.event("Template Re-rendered", fmt.Sprintf("task %s: %s (change_mode noop)", tt.t.Name, what))
+		a.taskEvent(tt.i, "Template Re-rendered", what+" (change_mode noop)")
 		return
 	}
 	if splay > 0 && !sleep(ctx, time.Duration(mrand.Int64N(int64(splay)))) {
 		return
 	}
 	if restart {
-		a.restartTask(tt.i, false, false, what+", change_mode restart")
+		// Nomad's words, with which templates.
+		a.restartTask(tt.i, false, false, "Template with change_mode restart re-rendered: "+strings.Join(names, ", "))
 	} else {
 		for _, s := range signals {
 			a.signalTask(ctx, tt.i, s, what)
@@ -418,19 +419,18 @@ func (a *allocRun) signalTask(ctx context.Context, i int, sig, why string) {
 	a.ext.mu.Lock()
 	h := a.ext.handles[i]
 	a.ext.mu.Unlock()
-	name := a.group.Tasks[i].Name
 	if h == nil {
 		return
 	}
 	num, ok := jobspec.SignalNumber(sig)
 	s, canSignal := h.(driver.Signaler)
 	if !ok || !canSignal {
-		a.event("Signal Failure", fmt.Sprintf("task %s: cannot send %s", name, sig))
+		a.taskEvent(i, "Signal Failure", fmt.Sprintf("Cannot send %s", sig))
 		return
 	}
-	a.event("Signaling", fmt.Sprintf("task %s: %s, sending %s", name, why, sig))
+	a.taskEvent(i, TaskSignaling, fmt.Sprintf("%s, sending %s", why, sig))
 	if err := s.Signal(ctx, num); err != nil {
-		a.event("Signal Failure", fmt.Sprintf("task %s: %v", name, err))
+		a.taskEvent(i, "Signal Failure", err.Error())
 	}
 }
 
@@ -440,7 +440,6 @@ func (a *allocRun) signalTask(ctx context.Context, i int, sig, why string) {
 // containers). A failure with fail_on_error kills the task.
 func (a *allocRun) runChangeScript(ctx context.Context, tt *taskTemplates, rt *renderedTemplate, why string) {
 	cs := rt.spec.ChangeScript
-	name := tt.t.Name
 	err := func() error {
 		if tt.t.Driver == "podman" {
 			return errors.New("berth does not run change scripts in podman containers")
@@ -483,11 +482,11 @@ func (a *allocRun) runChangeScript(ctx context.Context, tt *taskTemplates, rt *r
 		return nil
 	}()
 	if err == nil {
-		a.event("Template Script", fmt.Sprintf("task %s: %s, ran %s", name, why, cs.Command))
+		a.taskEvent(tt.i, "Template Script", fmt.Sprintf("%s, ran %s", why, cs.Command))
 		return
 	}
-	msg := fmt.Sprintf("task %s: %s, change_script %s failed: %v", name, why, cs.Command, err)
-	a.event("Template Script Failed", msg)
+	msg := fmt.Sprintf("%s, change_script %s failed: %v", why, cs.Command, err)
+	a.taskEvent(tt.i, "Template Script Failed", msg)
 	if cs.FailOnError {
 		a.restartTask(tt.i, true, true, msg)
 	}

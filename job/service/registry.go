@@ -266,13 +266,14 @@ func (r *Registry) List(ctx context.Context, f store.ServiceFilter) ([]*store.Se
 	return out, nil
 }
 
-// Healthy implements template.Catalog: this process's passing instances.
-func (r *Registry) Healthy(namespace, name string) []*template.Service {
+// Instances implements template.Catalog: this process's instances,
+// passing or not (Nomad's catalog has no health).
+func (r *Registry) Instances(namespace, name string) []*template.Service {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*template.Service
 	for _, s := range r.own {
-		if s.ServiceName == name && s.Namespace == namespace && s.Health == store.CheckPassing {
+		if s.ServiceName == name && s.Namespace == namespace {
 			out = append(out, TemplateService(s))
 		}
 	}
@@ -280,14 +281,14 @@ func (r *Registry) Healthy(namespace, name string) []*template.Service {
 	return out
 }
 
-// Names implements template.Catalog: the services with a passing
-// instance, with the union of their tags.
+// Names implements template.Catalog: the services with an instance,
+// with the union of their tags.
 func (r *Registry) Names(namespace string) []template.ServiceSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tags := map[string][]string{}
 	for _, s := range r.own {
-		if s.Namespace != namespace || s.Health != store.CheckPassing {
+		if s.Namespace != namespace {
 			continue
 		}
 		l := tags[s.ServiceName]

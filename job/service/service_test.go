@@ -360,16 +360,17 @@ func TestRegistry(t *testing.T) {
 	if svc.ID != "_nomad-task-a-group-g-web-http" {
 		t.Errorf("ID %s", svc.ID)
 	}
-	if got := r.Healthy("default", "web"); len(got) != 0 {
-		t.Errorf("a pending instance is healthy: %+v", got)
+	// Listed while its check is pending, as Nomad's catalog lists it.
+	if got := r.Instances("default", "web"); len(got) != 1 {
+		t.Errorf("a pending instance is not listed: %+v", got)
 	}
 	changed = r.Changed()
 	if h, ch := r.UpdateCheck(svc.ID, 0, store.CheckPassing, "HTTP GET ...: 200 OK", time.Now()); h != store.CheckPassing || !ch {
 		t.Errorf("UpdateCheck = %s, %v", h, ch)
 	}
 	<-changed
-	if got := r.Healthy("default", "web"); len(got) != 1 || got[0].Address != "10.199.140.5" || got[0].Port != 8080 {
-		t.Errorf("Healthy = %+v", got)
+	if got := r.Instances("default", "web"); len(got) != 1 || got[0].Address != "10.199.140.5" || got[0].Port != 8080 {
+		t.Errorf("Instances = %+v", got)
 	}
 	if n := r.Names("default"); len(n) != 1 || n[0].Name != "web" {
 		t.Errorf("Names = %+v", n)

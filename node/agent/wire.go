@@ -87,7 +87,7 @@ func wireAlloc(a *store.Allocation) *api.Allocation {
 		out.Events = make([]api.Event, 0, len(a.Events))
 	}
 	for _, e := range a.Events {
-		out.Events = append(out.Events, api.Event{Time: e.Time, Type: e.Type, Message: e.Message})
+		out.Events = append(out.Events, api.Event{Time: e.Time, Type: e.Type, Task: e.Task, Message: e.Message})
 	}
 	return out
 }

@@ -42,14 +42,15 @@ type ServiceSummary struct {
 	Tags      ServiceTags
 }
 
-// Catalog is what nomadService and nomadServices read: the healthy
-// instances of the node's native services.
+// Catalog is what nomadService and nomadServices read: the registered
+// instances of the node's native services, whatever their checks say, as
+// Nomad 1.6.5's service catalog (it keeps no health): a check changing
+// status changes nothing a template renders.
 type Catalog interface {
-	// Healthy returns the passing instances of a service of namespace,
+	// Instances returns the instances of a service of namespace,
 	// sorted by ID.
-	Healthy(namespace, name string) []*Service
-	// Names lists the services of namespace that have a passing
-	// instance, sorted by name.
+	Instances(namespace, name string) []*Service
+	// Names lists the services of namespace, sorted by name.
 	Names(namespace string) []ServiceSummary
 }
 
@@ -229,7 +230,7 @@ func (r *render) nomadService(args ...any) ([]*Service, error) {
 	}
 	var out []*Service
 	if r.ctx.Catalog != nil {
-		for _, s := range r.ctx.Catalog.Healthy(r.ctx.Namespace, name) {
+		for _, s := range r.ctx.Catalog.Instances(r.ctx.Namespace, name) {
 			if tag == "" || s.Tags.Contains(tag) {
 				out = append(out, s)
 			}

@@ -9,7 +9,7 @@ import (
 
 type fakeCatalog map[string][]*Service
 
-func (f fakeCatalog) Healthy(ns, name string) []*Service { return f[ns+"/"+name] }
+func (f fakeCatalog) Instances(ns, name string) []*Service { return f[ns+"/"+name] }
 
 func (f fakeCatalog) Names(ns string) []ServiceSummary {
 	var out []ServiceSummary
