@@ -160,7 +160,7 @@ func runBerthEvents(t *testing.T, bin string) (output, error) {
 		if c.stop {
 			// Stopped as Ctrl-C stops it, once the task set its trap.
 			if err := waitReady(func() string {
-				logs, _ := filepath.Glob(filepath.Join(dataDir, "alloc", "*", "*.stdout"))
+				logs, _ := filepath.Glob(filepath.Join(dataDir, "alloc", "*", "alloc", "logs", "*.stdout.*"))
 				var s string
 				for _, l := range logs {
 					b, _ := os.ReadFile(l)
@@ -168,7 +168,9 @@ func runBerthEvents(t *testing.T, bin string) (output, error) {
 				}
 				return s
 			}); err != nil {
-				_ = cmd.Process.Kill()
+				// Stopped as an operator stops it, so that it tears down
+				// what it made (a SIGKILL leaves that to gc).
+				_ = cmd.Process.Signal(syscall.SIGINT)
 				_ = cmd.Wait()
 				return nil, fmt.Errorf("berth case %s: %w", c.name, err)
 			}
