@@ -161,9 +161,14 @@ type DNS struct {
 
 // Allocation is one run of a task group.
 type Allocation struct {
-	ID             string         `json:"id"`
-	Namespace      string         `json:"namespace,omitempty"`
-	JobID          string         `json:"job_id"`
+	ID        string `json:"id"`
+	Namespace string `json:"namespace,omitempty"`
+	JobID     string `json:"job_id"`
+	// ParentJobID is set on an allocation of a periodic job's launch
+	// (JobID "<parent>/periodic-<unix>"): it names the periodic job, which
+	// lists, re-adopts and stops its children's allocations, and whose
+	// retention they share.
+	ParentJobID    string         `json:"parent_job_id,omitempty"`
 	Group          string         `json:"group"`
 	Status         AllocStatus    `json:"status"`
 	StatusDesc     string         `json:"status_description,omitempty"`

@@ -35,7 +35,13 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 	}
 	d := r.admit.capa.GroupDemand(a.group)
 	waited := false
-	give, err := r.admit.acquire(ctx, a.job.ID, d, func(why string) {
+	// A periodic launch queues under its periodic job, which skips its
+	// next launches while one waits.
+	key := a.job.ID
+	if p := periodicParent(a.job); p != "" {
+		key = p
+	}
+	give, err := r.admit.acquire(ctx, key, d, func(why string) {
 		waited = true
 		a.mu.Lock()
 		a.alloc.StatusDesc = "queued: waiting for " + why

@@ -295,7 +295,8 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
 		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
-		Status: store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
+		ParentJobID: periodicParent(job),
+		Status:      store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
 		Index: index, Agent: r.o.Agent, CreatedAt: now, TimingsMS: map[string]float64{},
 	}
 	for _, t := range group.Tasks {
@@ -316,6 +317,15 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		return a.alloc, false
 	}
 	return a.admitAndRun(ctx, now), false
+}
+
+// periodicParent is the periodic job a launch (jobspec.Job.PeriodicChild)
+// belongs to, recorded on its allocations; "" for any other job.
+func periodicParent(job *jobspec.Job) string {
+	if job.IsPeriodicChild() {
+		return job.ParentID
+	}
+	return ""
 }
 
 // admitAndRun waits for admission, then runs the allocation to its end
