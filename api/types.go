@@ -289,6 +289,11 @@ type JobStatus struct {
 	// Summary is the last run's summary once it has finished.
 	Summary     *JobSummary `json:"summary,omitempty"`
 	Allocations []AllocStub `json:"allocations"`
+	// Children are the child jobs of a periodic job (one per launch,
+	// "<job>/periodic-<unix launch time>", as long as allocations of it
+	// are kept) or of a parameterized one (its dispatches), sorted by ID:
+	// Nomad's "Previously Launched Jobs" and "Dispatched Jobs".
+	Children []JobStub `json:"children,omitempty"`
 }
 
 // JobStopResponse answers DELETE /v1/job/{id}. Stopped is false (with
