@@ -205,12 +205,17 @@ func (jr *jobRun) done(a *store.Allocation) {
 
 // runSlot runs the allocation first starts in slot (g, i) of job (the
 // job, or one launch of it: jobspec.Job.PeriodicChild) and, as Nomad's
-// scheduler does, replaces it when the operator stopped it in a service or
-// system job; a batch job's work is not done twice.
+// scheduler does, runs the replacement of one that failed and was
+// rescheduled (after its delay), and replaces one the operator stopped in
+// a service or system job; a batch job's work is not done twice.
 func (jr *jobRun) runSlot(job *jobspec.Job, g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
 	a, opStopped := first()
 	for {
 		jr.done(a)
+		if next := jr.r.next(jr.ctx, a); next != nil {
+			a, opStopped = jr.r.runRescheduled(jr.ctx, job, g, next, jr.o.OnStart)
+			continue
+		}
 		if !opStopped || a.Detached || job.RunsToCompletion() || jr.ctx.Err() != nil {
 			return
 		}

@@ -331,6 +331,9 @@ func periodicParent(job *jobspec.Job) string {
 // admitAndRun waits for admission, then runs the allocation to its end
 // (or until the runner detaches).
 func (a *allocRun) admitAndRun(ctx context.Context, since time.Time) *store.Allocation {
+	if !a.waitReschedule(ctx) {
+		return a.snapshot()
+	}
 	actx, cancel := a.r.untilDetach(ctx)
 	release, ok := a.admit(actx)
 	cancel()
@@ -601,9 +604,10 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		a.eventLocked("Network removed", "namespace and CNI attachment removed")
 	}
 	a.alloc.StatusDesc = strings.Join(msgs, "; ")
+	next := a.rescheduleLocked(ctx)
 	a.mu.Unlock()
 	fault.Point(fault.BeforeRecordTerminal)
-	a.save(ctx)
+	a.saveWith(ctx, next)
 	fault.Point(fault.AfterRecordTerminal)
 	if m := a.r.o.Metrics; m != nil {
 		m.AllocDone(string(a.alloc.Status))
