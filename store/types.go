@@ -199,7 +199,7 @@ type Allocation struct {
 	// "drain") when the operator stopped the allocation, before anything
 	// is stopped: an agent that dies meanwhile leaves the stop to the next
 	// one, which finishes it instead of re-adopting the allocation.
-	StopRequested string    `json:"stop_requested,omitempty"`
+	StopRequested string `json:"stop_requested,omitempty"`
 	// PreviousAllocation is the failed allocation this one reschedules
 	// (same group and index), NextAllocation the one that rescheduled
 	// this one: recorded on both in the transaction that records this
@@ -213,8 +213,8 @@ type Allocation struct {
 	// previous one's failure plus the policy's delay): it is pending
 	// until then, whichever agent waits.
 	RescheduleAt time.Time `json:"reschedule_at,omitzero"`
-	CreatedAt     time.Time `json:"created_at"`
-	ModifiedAt    time.Time `json:"modified_at"`
+	CreatedAt    time.Time `json:"created_at"`
+	ModifiedAt   time.Time `json:"modified_at"`
 	// Timings in milliseconds, by phase name (netns, add, task, driver_cleanup, del, remove).
 	TimingsMS       map[string]float64 `json:"timings_ms,omitempty"`
 	TeardownRetries int                `json:"teardown_retries,omitempty"`
