@@ -220,7 +220,7 @@ func (jr *jobRun) runSlot(job *jobspec.Job, g *jobspec.Group, i int, first func(
 			return
 		}
 		jr.r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
-		a, opStopped = jr.r.runAlloc(jr.ctx, job, g, i, jr.o.OnStart, a.ID)
+		a, opStopped = jr.r.runAlloc(jr.ctx, job, g, i, jr.o.OnStart, a.ID, true)
 	}
 }
 
@@ -316,7 +316,7 @@ func (jr *jobRun) launch(job *jobspec.Job) *atomic.Int64 {
 				defer running.Add(-1)
 				jr.runSlot(job, g, i, func() (*store.Allocation, bool) {
 					defer once.Do(startedOne) // ended before it started
-					return jr.r.runAlloc(jr.ctx, job, g, i, started, "")
+					return jr.r.runAlloc(jr.ctx, job, g, i, started, "", true)
 				})
 			}()
 		}

@@ -135,9 +135,16 @@ func replacementTracker(p jobspec.ReschedulePolicy, prev *store.Allocation, now 
 // links the two. The caller holds a.mu and records both in one write.
 func (a *allocRun) rescheduleLocked(ctx context.Context) *store.Allocation {
 	al := a.alloc
-	if al.Status != store.AllocFailed || ctx.Err() != nil || a.opStopped || al.StopRequested != "" ||
+	if !a.reschedule || al.Status != store.AllocFailed || ctx.Err() != nil || a.opStopped || al.StopRequested != "" ||
 		a.r.Detached() || !reschedules(a.job, a.group) {
 		return nil
+	}
+	for _, ev := range al.Events {
+		if ev.Type == EventExitUnknown {
+			// Its task may have run: a replacement would run it again.
+			a.eventLocked(EventNotRescheduled, "a task's exit is unknown and it may have run: not run again")
+			return nil
+		}
 	}
 	p := a.group.Reschedule
 	now := a.now()
@@ -214,7 +221,7 @@ func (a *allocRun) waitReschedule(ctx context.Context) bool {
 func (r *Runner) runRescheduled(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
 	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)

@@ -226,6 +226,9 @@ type allocRun struct {
 	// tasks findUnrecorded adopted, until the run supervises them.
 	adopted bool
 	found   []driver.Handle
+	// reschedule: its failure may be rescheduled (rescheduleLocked); a
+	// job's run (runSlot) runs the replacement, RunAlloc does not.
+	reschedule bool
 	// saveMu orders the record's writes: the last one written is the
 	// last snapshot taken (a stop request saved beside the run's end).
 	saveMu sync.Mutex
@@ -271,18 +274,20 @@ func (a *allocRun) finishedAt(i int, ts *store.TaskState, res *driver.ExitResult
 // started, if set, is called once the network is up and the tasks are about
 // to start, with the allocation as it then stands (address and ports).
 func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation)) *store.Allocation {
-	al, _ := r.runAlloc(ctx, job, group, index, started, "")
+	al, _ := r.runAlloc(ctx, job, group, index, started, "", false)
 	return al
 }
 
 // runAlloc is RunAlloc; opStopped reports that the operator stopped the
-// allocation (StopAlloc), replaces names the allocation it replaces.
-func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string) (_ *store.Allocation, opStopped bool) {
+// allocation (StopAlloc), replaces names the allocation it replaces;
+// with reschedule its failure may record a replacement (the caller runs
+// it: jobRun.runSlot).
+func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string, reschedule bool) (_ *store.Allocation, opStopped bool) {
 	id := NewAllocID()
 	now := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{}), reschedule: reschedule}
 	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, id)
 	defer r.unregister(a, id)
