@@ -60,6 +60,9 @@ func TestParityReschedule(t *testing.T) {
 	nomadSteps, err := rescheduleOnNomad(a)
 	testenv.Must(t, err)
 
+	if len(nomadSteps) < 2 {
+		t.Fatalf("nomad did not reschedule the failed allocation: %+v", nomadSteps)
+	}
 	res := compare(stepFacts(nomadSteps), stepFacts(berthSteps), accepted)
 	for _, d := range res.unexpected {
 		t.Errorf("unexpected difference (fix berth, or list it with its reason in testdata/expected-differences.txt):\n\t%s\tnomad=%q berth=%q", d.fact, d.nomad, d.berth)
