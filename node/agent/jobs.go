@@ -625,10 +625,16 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 	}
 	perJob := map[string]map[string]int{}
 	for _, al := range allocs {
-		if perJob[al.JobID] == nil {
-			perJob[al.JobID] = map[string]int{}
+		// A periodic launch's allocations count under the periodic
+		// job, as its status lists them.
+		id := al.JobID
+		if al.ParentJobID != "" {
+			id = al.ParentJobID
 		}
-		perJob[al.JobID][string(al.Status)]++
+		if perJob[id] == nil {
+			perJob[id] = map[string]int{}
+		}
+		perJob[id][string(al.Status)]++
 	}
 	for i := range stubs {
 		stubs[i].Allocations = perJob[stubs[i].ID]

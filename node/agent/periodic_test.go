@@ -73,6 +73,11 @@ func TestPeriodicChildrenSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	checkChildren("first agent")
+	jobs, err := c.Jobs(ctx)
+	testenv.Must(t, err)
+	if len(jobs) != 1 || jobs[0].ID != "btag-pchild" || jobs[0].Allocations[api.AllocRunning] != 1 {
+		t.Errorf("job list: %+v, want the periodic job with its launch's running allocation", jobs)
+	}
 
 	st, err := p.signal(syscall.SIGKILL, time.Minute)
 	testenv.Must(t, err)
