@@ -15,6 +15,16 @@ import (
 	"github.com/berth/berth/store"
 )
 
+// taskStdout is what task wrote to stdout in allocation id: in its log
+// dir (alloc/logs/<task>.stdout.0) or, before logs moved there, beside it.
+func taskStdout(dataDir, id, task string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "alloc", id, "alloc", "logs", task+".stdout.0"))
+	if err == nil {
+		return b, nil
+	}
+	return os.ReadFile(filepath.Join(dataDir, "alloc", id, task+".stdout"))
+}
+
 // Each periodic launch runs as a child job of its own, as Nomad's
 // periodic dispatcher makes it: "<job>/periodic-<launch unix time>", its
 // allocations named after it, NOMAD_JOB_PARENT_ID the periodic job, and
@@ -76,7 +86,7 @@ func TestPeriodicChildIdentity(t *testing.T) {
 		if !launched {
 			t.Errorf("alloc %s: job %q names no launch time of %v", a.ID, a.JobID, launches)
 		}
-		out, err := os.ReadFile(filepath.Join(e.dataDir, "alloc", a.ID, "t.stdout"))
+		out, err := taskStdout(e.dataDir, a.ID, "t")
 		testenv.Must(t, err)
 		env := map[string]string{}
 		for _, l := range strings.Split(string(out), "\n") {

@@ -2,8 +2,6 @@ package runner_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -70,7 +68,7 @@ func TestReschedule(t *testing.T) {
 		t.Fatalf("reschedule chain of index 1 has %d allocations, want 3", len(chain))
 	}
 	for i, a := range chain {
-		out, err := os.ReadFile(filepath.Join(e.dataDir, "alloc", a.ID, "t.stdout"))
+		out, err := taskStdout(e.dataDir, a.ID, "t")
 		testenv.Must(t, err)
 		if got := strings.TrimSpace(string(out)); got != "index=1 name=btrun-resched.g[1]" {
 			t.Errorf("chain[%d] %s printed %q", i, a.ID, got)
@@ -144,7 +142,7 @@ func TestRescheduleCancelledByStop(t *testing.T) {
 		next.RescheduleAt.Sub(failed.Tasks[0].FinishedAt) != 30*time.Second {
 		t.Errorf("replacement after the stop: %s tasks %+v events %v at %s", next.Status, next.Tasks, next.Events, next.RescheduleAt)
 	}
-	if _, err := os.Stat(filepath.Join(e.dataDir, "alloc", next.ID, "t.stdout")); err == nil {
+	if _, err := taskStdout(e.dataDir, next.ID, "t"); err == nil {
 		t.Errorf("the cancelled replacement ran its task")
 	}
 }

@@ -129,7 +129,11 @@ func rescheduleOnBerth(t *testing.T) ([]step, error) {
 		for _, e := range al.RescheduleTracker {
 			s.Tracker = append(s.Tracker, e.PrevAllocID+"/"+e.Delay.String())
 		}
-		b, _ := os.ReadFile(filepath.Join(dataDir, "alloc", al.ID, "reschedule.stdout"))
+		// In its log dir, or beside it before logs moved there.
+		b, err := os.ReadFile(filepath.Join(dataDir, "alloc", al.ID, "alloc", "logs", "reschedule.stdout.0"))
+		if err != nil {
+			b, _ = os.ReadFile(filepath.Join(dataDir, "alloc", al.ID, "reschedule.stdout"))
+		}
 		s.Output = strings.TrimSpace(string(b))
 		steps = append(steps, s)
 	}
