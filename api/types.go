@@ -289,6 +289,11 @@ type JobStatus struct {
 	// Summary is the last run's summary once it has finished.
 	Summary     *JobSummary `json:"summary,omitempty"`
 	Allocations []AllocStub `json:"allocations"`
+	// Children are the child jobs of a periodic job (one per launch,
+	// "<job>/periodic-<unix launch time>", as long as allocations of it
+	// are kept) or of a parameterized one (its dispatches), sorted by ID:
+	// Nomad's "Previously Launched Jobs" and "Dispatched Jobs".
+	Children []JobStub `json:"children,omitempty"`
 }
 
 // JobStopResponse answers DELETE /v1/job/{id}. Stopped is false (with
@@ -424,6 +429,26 @@ type Allocation struct {
 	Holders         []string `json:"holders,omitempty"`
 	// Services are its registrations in the native catalog, now.
 	Services []ServiceRegistration `json:"services,omitempty"`
+	// ParentJobID names the periodic job of a launch's allocation.
+	ParentJobID string `json:"parent_job_id,omitempty"`
+	// PreviousAllocation is the failed allocation this one reschedules
+	// (same group and index), NextAllocation the one that rescheduled
+	// this one (Nomad's fields of the same names).
+	PreviousAllocation string `json:"previous_allocation,omitempty"`
+	NextAllocation     string `json:"next_allocation,omitempty"`
+	// RescheduleTracker are the reschedules that led to it, oldest first
+	// (Nomad's RescheduleTracker.Events).
+	RescheduleTracker []RescheduleEvent `json:"reschedule_tracker,omitempty"`
+	// RescheduleAt is when a rescheduled allocation starts: it is pending
+	// until then.
+	RescheduleAt *time.Time `json:"reschedule_at,omitempty"`
+}
+
+// RescheduleEvent is one reschedule of an allocation's slot.
+type RescheduleEvent struct {
+	RescheduleTime time.Time `json:"reschedule_time"`
+	PrevAllocID    string    `json:"prev_alloc_id"`
+	Delay          Duration  `json:"delay"`
 }
 
 // TaskState is one task of an Allocation.
@@ -743,7 +768,7 @@ type ReschedulePolicy struct {
 	DelayFunction string   `json:"delay_function"`
 	MaxDelay      Duration `json:"max_delay"`
 	Unlimited     bool     `json:"unlimited"`
-	Applies       bool     `json:"applies"` // always false on berth
+	Applies       bool     `json:"applies"` // the agent reschedules with it (batch or service, attempts or unlimited)
 	Set           bool     `json:"set"`     // the job file had a reschedule block
 }
 

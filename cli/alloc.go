@@ -77,6 +77,17 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 	}
 	fmt.Fprintf(w, "Created\t%s\n", a.CreatedAt.Local().Format(time.RFC3339))
 	fmt.Fprintf(w, "Modified\t%s\n", a.ModifiedAt.Local().Format(time.RFC3339))
+	// Nomad's `alloc status` rows for a reschedule.
+	if a.PreviousAllocation != "" {
+		fmt.Fprintf(w, "Previous allocation\t%s\n", a.PreviousAllocation)
+		fmt.Fprintf(w, "Reschedule attempts\t%d\n", len(a.RescheduleTracker))
+	}
+	if a.RescheduleAt != nil && a.Status == api.AllocPending {
+		fmt.Fprintf(w, "Reschedule at\t%s\n", a.RescheduleAt.Local().Format(time.RFC3339))
+	}
+	if a.NextAllocation != "" {
+		fmt.Fprintf(w, "Replacement allocation\t%s\n", a.NextAllocation)
+	}
 	if a.TeardownRetries > 0 {
 		fmt.Fprintf(w, "Teardown retries\t%d\n", a.TeardownRetries)
 	}

@@ -245,6 +245,23 @@ func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
+			if len(st.Children) > 0 {
+				// Nomad's headings: a periodic job's launches, a
+				// parameterized job's dispatches.
+				title := "Previously Launched Jobs"
+				if st.Parameterized {
+					title = "Dispatched Jobs"
+				}
+				fmt.Fprintf(g.stdout, "\n%s\n", title)
+				cw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(cw, "ID\tSTATUS\tALLOCATIONS\tSUBMITTED")
+				for _, c := range st.Children {
+					fmt.Fprintf(cw, "%s\t%s\t%s\t%s\n", c.ID, c.Status, counts(c.Allocations), c.SubmittedAt.Local().Format(time.RFC3339))
+				}
+				if err := cw.Flush(); err != nil {
+					return err
+				}
+			}
 			if len(st.Allocations) > 0 {
 				fmt.Fprintln(g.stdout)
 				return printAllocTable(g, st.Allocations)

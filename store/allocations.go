@@ -19,15 +19,17 @@ const kindAllocation = "allocation"
 // AllocFilter selects allocations; zero fields match everything.
 type AllocFilter struct {
 	Namespace string
-	JobID     string
-	Status    AllocStatus
+	// JobID matches the job's allocations and, for a periodic job, its
+	// children's (Allocation.ParentJobID).
+	JobID  string
+	Status AllocStatus
 	// NonTerminal keeps only allocations that are not complete, failed or lost.
 	NonTerminal bool
 }
 
 func (f AllocFilter) match(a *Allocation) bool {
 	return (f.Namespace == "" || a.Namespace == f.Namespace) &&
-		(f.JobID == "" || a.JobID == f.JobID) &&
+		(f.JobID == "" || a.JobID == f.JobID || a.ParentJobID == f.JobID) &&
 		(f.Status == "" || a.Status == f.Status) &&
 		(!f.NonTerminal || !a.Status.Terminal())
 }
@@ -352,7 +354,13 @@ func unindexTerminal(tx *bolt.Tx, a *Allocation) error {
 }
 
 // jobKey separates namespace and job with NUL, which neither may contain.
+// jobKey is the retention bucket of a's job: a periodic job's children
+// share their parent's, or a job that launches every second would keep
+// Retention allocations per launch.
 func jobKey(a *Allocation) []byte {
+	if a.ParentJobID != "" {
+		return []byte(a.Namespace + "\x00" + a.ParentJobID)
+	}
 	return []byte(a.Namespace + "\x00" + a.JobID)
 }
 

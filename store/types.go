@@ -162,11 +162,24 @@ type DNS struct {
 	Options  []string `json:"options,omitempty"`
 }
 
+// RescheduleEvent is one reschedule of an allocation's slot: when it was
+// decided, which allocation failed, and the delay the policy gave.
+type RescheduleEvent struct {
+	RescheduleTime time.Time     `json:"reschedule_time"`
+	PrevAllocID    string        `json:"prev_alloc_id"`
+	Delay          time.Duration `json:"delay"`
+}
+
 // Allocation is one run of a task group.
 type Allocation struct {
-	ID             string         `json:"id"`
-	Namespace      string         `json:"namespace,omitempty"`
-	JobID          string         `json:"job_id"`
+	ID        string `json:"id"`
+	Namespace string `json:"namespace,omitempty"`
+	JobID     string `json:"job_id"`
+	// ParentJobID is set on an allocation of a periodic job's launch
+	// (JobID "<parent>/periodic-<unix>"): it names the periodic job, which
+	// lists, re-adopts and stops its children's allocations, and whose
+	// retention they share.
+	ParentJobID    string         `json:"parent_job_id,omitempty"`
 	Group          string         `json:"group"`
 	Status         AllocStatus    `json:"status"`
 	StatusDesc     string         `json:"status_description,omitempty"`
@@ -189,9 +202,22 @@ type Allocation struct {
 	// "drain") when the operator stopped the allocation, before anything
 	// is stopped: an agent that dies meanwhile leaves the stop to the next
 	// one, which finishes it instead of re-adopting the allocation.
-	StopRequested string    `json:"stop_requested,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	ModifiedAt    time.Time `json:"modified_at"`
+	StopRequested string `json:"stop_requested,omitempty"`
+	// PreviousAllocation is the failed allocation this one reschedules
+	// (same group and index), NextAllocation the one that rescheduled
+	// this one: recorded on both in the transaction that records this
+	// one's failure, so that the decision is never lost nor taken twice.
+	PreviousAllocation string `json:"previous_allocation,omitempty"`
+	NextAllocation     string `json:"next_allocation,omitempty"`
+	// RescheduleTracker are the reschedules that led to this allocation,
+	// oldest first (Nomad's RescheduleTracker.Events).
+	RescheduleTracker []RescheduleEvent `json:"reschedule_tracker,omitempty"`
+	// RescheduleAt is when a rescheduled allocation may start (its
+	// previous one's failure plus the policy's delay): it is pending
+	// until then, whichever agent waits.
+	RescheduleAt time.Time `json:"reschedule_at,omitzero"`
+	CreatedAt    time.Time `json:"created_at"`
+	ModifiedAt   time.Time `json:"modified_at"`
 	// Timings in milliseconds, by phase name (netns, add, task, driver_cleanup, del, remove).
 	TimingsMS       map[string]float64 `json:"timings_ms,omitempty"`
 	TeardownRetries int                `json:"teardown_retries,omitempty"`

@@ -65,8 +65,12 @@ const (
 	AfterTasksDone       = "after-tasks-done"
 	BeforeRecordTerminal = "before-record-terminal" // tasks gone, network torn down, allocation not yet terminal
 	AfterRecordTerminal  = "after-record-terminal"  // allocation recorded terminal, the job's end not recorded
-	DrainRequested       = "drain-requested"        // drain received, nothing stopped
-	DrainStopped         = "drain-stopped"          // every job stopped, the agent not yet exited
+	// A failed allocation's reschedule recorded (the failure and its
+	// pending replacement in one write), the replacement waiting out its
+	// delay.
+	RescheduleWaiting = "reschedule-waiting"
+	DrainRequested    = "drain-requested" // drain received, nothing stopped
+	DrainStopped      = "drain-stopped"   // every job stopped, the agent not yet exited
 )
 
 // Failure points: the operation fails with ENOSPC instead of running.

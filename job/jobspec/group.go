@@ -31,7 +31,9 @@ func (p *parser) groupReschedule(b *hclsyntax.Block, base ReschedulePolicy, j *J
 		p.fail(b.TypeRange, fmt.Sprintf("%s jobs should not have a reschedule policy", j.Type), "remove the reschedule block")
 		return base
 	}
-	return p.reschedule(b, base, where)
+	r := p.reschedule(b, base, where)
+	r.Applies = r.applies(j.Type)
+	return r
 }
 
 // groupKeys is what a group body may hold: one row per key; see row for how the
@@ -43,7 +45,7 @@ var groupKeys = []row{
 	{name: "stop_after_client_disconnect", form: attrForm, verdict: ignored, handle: clientDisconnect},
 	{name: "max_client_disconnect", form: attrForm, verdict: ignored, handle: clientDisconnect},
 	restartRow,
-	{name: "reschedule", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, s *scope, f field) {
+	{name: "reschedule", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
 		s.group.Reschedule = p.groupReschedule(f.blocks[0], s.group.Reschedule, s.job, s.where)
 	}},
 	{name: "network", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {

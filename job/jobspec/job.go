@@ -23,11 +23,22 @@ func defaultRestart(jobType string) RestartPolicy {
 	return RestartPolicy{Attempts: 2, Interval: 30 * time.Minute, Delay: 15 * time.Second, Mode: RestartFail}
 }
 
+// defaultReschedule is Nomad 1.6.5's reschedule policy of a job type
+// (structs.DefaultBatchJobReschedulePolicy, DefaultServiceJobReschedulePolicy).
 func defaultReschedule(jobType string) ReschedulePolicy {
+	r := ReschedulePolicy{Delay: 30 * time.Second, DelayFunction: "exponential", MaxDelay: time.Hour, Unlimited: true}
 	if jobType == TypeBatch {
-		return ReschedulePolicy{Attempts: 1, Interval: 24 * time.Hour, Delay: 5 * time.Second, DelayFunction: "constant"}
+		r = ReschedulePolicy{Attempts: 1, Interval: 24 * time.Hour, Delay: 5 * time.Second, DelayFunction: "constant"}
 	}
-	return ReschedulePolicy{Delay: 30 * time.Second, DelayFunction: "exponential", MaxDelay: time.Hour, Unlimited: true}
+	r.Applies = r.applies(jobType)
+	return r
+}
+
+// applies reports whether the runner reschedules with r in a job of
+// jobType: as Nomad, in batch and service jobs (never system nor
+// sysbatch), when it allows attempts or is unlimited.
+func (r ReschedulePolicy) applies(jobType string) bool {
+	return (jobType == TypeBatch || jobType == TypeService) && (r.Unlimited || r.Attempts > 0)
 }
 
 const (
@@ -106,7 +117,7 @@ var jobKeys = []row{
 		handle: ignoredBlock(multiregionShape, "multiregion deploys a job to several regions of a federation")},
 	vaultRow,
 	// The job's reschedule block is its groups' default (newGroup).
-	{name: "reschedule", form: blockForm, single: true, verdict: ignored, handle: func(p *parser, _ *scope, f field) {
+	{name: "reschedule", form: blockForm, single: true, verdict: runs, handle: func(p *parser, _ *scope, f field) {
 		p.jobResched = f.blocks[0]
 	}},
 	{name: "periodic", form: blockForm, single: true, verdict: runs, handle: func(p *parser, s *scope, f field) {
@@ -403,8 +414,6 @@ func (p *parser) reschedule(blk *hclsyntax.Block, base ReschedulePolicy, where s
 			}
 		}
 	}
-	p.warn(blk.TypeRange, fmt.Sprintf("reschedule in %s has no effect on berth", where),
-		"rescheduling moves a failed allocation to another node and berth runs on one node; use restart to retry in place")
 	return r
 }
 

@@ -125,13 +125,13 @@ func TestSeedJob(t *testing.T) {
 		t.Errorf("task positions = %v %v %v", task.Pos, task.ConfigPos, task.DriverPos)
 	}
 
-	// Warnings: reschedule does nothing here; S10 is not this node's dc1.
+	// Warnings: S10 is not this node's dc1.
 	var sums []string
 	for _, w := range j.Warnings {
 		sums = append(sums, w.String())
 	}
 	all := strings.Join(sums, "\n")
-	if len(j.Warnings) != 2 || !strings.Contains(all, "seed.hcl:18:5: reschedule") || !strings.Contains(all, `"dc1"`) {
+	if len(j.Warnings) != 1 || !strings.Contains(all, `"dc1"`) {
 		t.Errorf("warnings:\n%s", all)
 	}
 }
@@ -215,7 +215,7 @@ func TestFullJob(t *testing.T) {
 		t.Errorf("restart = %+v", g.Restart)
 	}
 	// Service reschedule defaults with the two fields overridden.
-	wantRes := ReschedulePolicy{Delay: 30 * time.Second, DelayFunction: "fibonacci", MaxDelay: 2 * time.Hour, Unlimited: true, Set: true}
+	wantRes := ReschedulePolicy{Delay: 30 * time.Second, DelayFunction: "fibonacci", MaxDelay: 2 * time.Hour, Unlimited: true, Set: true, Applies: true}
 	if g.Reschedule != wantRes {
 		t.Errorf("reschedule = %+v, want %+v", g.Reschedule, wantRes)
 	}
@@ -267,7 +267,7 @@ func TestFullJob(t *testing.T) {
 	if side.Resources != (Resources{Cores: 1, MemoryMB: 300}) || side.Restart != g.Restart {
 		t.Errorf("sidecar = %+v", side)
 	}
-	if len(j.Warnings) != 1 { // only reschedule; dc1 is listed
+	if len(j.Warnings) != 0 { // dc1 is listed
 		t.Errorf("warnings = %v", j.Warnings)
 	}
 }

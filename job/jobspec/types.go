@@ -295,9 +295,9 @@ type RestartPolicy struct {
 	Mode     string        `json:"mode"`
 }
 
-// ReschedulePolicy is recorded as written (with Nomad's defaults) but never
-// applies: rescheduling moves an allocation to another node, and berth has
-// one.
+// ReschedulePolicy is a group's reschedule block with Nomad's defaults: a
+// failed allocation is replaced, on this node, by a new one of the same
+// index after the policy's delay, within its attempts.
 type ReschedulePolicy struct {
 	Attempts      int           `json:"attempts"`
 	Interval      time.Duration `json:"interval"`
@@ -305,7 +305,8 @@ type ReschedulePolicy struct {
 	DelayFunction string        `json:"delay_function"`
 	MaxDelay      time.Duration `json:"max_delay"`
 	Unlimited     bool          `json:"unlimited"`
-	// Applies is always false on berth; it is here so nobody has to guess.
+	// Applies: the runner reschedules with it (a batch or service job,
+	// with attempts or unlimited).
 	Applies bool `json:"applies"`
 	// Set reports whether the job file had a reschedule block.
 	Set bool `json:"set"`

@@ -35,7 +35,13 @@ func (a *allocRun) admit(ctx context.Context) (release func(), ok bool) {
 	}
 	d := r.admit.capa.GroupDemand(a.group)
 	waited := false
-	give, err := r.admit.acquire(ctx, a.job.ID, d, func(why string) {
+	// A periodic launch queues under its periodic job, which skips its
+	// next launches while one waits.
+	key := a.job.ID
+	if p := periodicParent(a.job); p != "" {
+		key = p
+	}
+	give, err := r.admit.acquire(ctx, key, d, func(why string) {
 		waited = true
 		a.mu.Lock()
 		a.alloc.StatusDesc = "queued: waiting for " + why
@@ -78,28 +84,29 @@ func (a *allocRun) notAdmitted(ctx context.Context) {
 		a.detachRecord(ctx)
 		return
 	}
-	a.stoppedQueued(ctx)
+	a.stoppedQueued(ctx, "stopped while queued for resources")
 }
 
-// stoppedQueued records an allocation stopped before it was admitted: it
-// never ran, so it is complete, as Nomad's stopped allocations are.
-func (a *allocRun) stoppedQueued(ctx context.Context) {
+// stoppedQueued records an allocation stopped before it was admitted (why
+// says while waiting for what): it never ran, so it is complete, as
+// Nomad's stopped allocations are.
+func (a *allocRun) stoppedQueued(ctx context.Context, why string) {
 	if a.adopted {
 		// An earlier agent may have made its network, or started a task.
 		a.mu.Lock()
 		for i := range a.alloc.Tasks {
 			a.alloc.Tasks[i].State = "dead"
 		}
-		a.eventLocked("Killed", "stopped while queued for resources")
+		a.eventLocked("Killed", why)
 		a.mu.Unlock()
 		a.finish(ctx, nil, true)
 		return
 	}
 	a.mu.Lock()
 	a.alloc.Status = store.AllocComplete
-	a.alloc.StatusDesc = "stopped while queued for resources; never started"
+	a.alloc.StatusDesc = why + "; never started"
 	a.endUnstartedLocked(nil)
-	a.eventLocked("Killed", "stopped while queued for resources")
+	a.eventLocked("Killed", why)
 	a.mu.Unlock()
 	a.save(ctx)
 	if m := a.r.o.Metrics; m != nil {

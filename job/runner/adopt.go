@@ -109,7 +109,7 @@ func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{})}
+	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
 	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)

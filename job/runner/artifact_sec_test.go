@@ -406,6 +406,10 @@ func TestArtifactSecStalledSourceCutOff(t *testing.T) {
 			a, _ := runOne(t, e, `job "stalled" {
   type = "batch"
   group "g" {
+    # One fetch per case: the server tells which client left.
+    reschedule {
+      attempts = 0
+    }
     task "t" {
       driver = "raw_exec"
       artifact {

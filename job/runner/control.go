@@ -94,7 +94,7 @@ func (r *Runner) RequestStops(ctx context.Context, job, why string) {
 	r.liveMu.Lock()
 	var live []*allocRun
 	for _, a := range r.live {
-		if job == "" || a.job.ID == job {
+		if job == "" || a.job.ID == job || periodicParent(a.job) == job {
 			live = append(live, a)
 		}
 	}

@@ -125,7 +125,7 @@ func (r *Runner) RunJob(ctx context.Context, job *jobspec.Job, o RunOptions) (*S
 	defer stopSleeps()
 	if job.Periodic == nil || !job.Periodic.Enabled {
 		if !(o.Resume && job.RunsToCompletion()) && !r.Detached() {
-			jr.launch()
+			jr.launch(job)
 		}
 		jr.schedule(time.Time{})
 	} else {
@@ -203,19 +203,47 @@ func (jr *jobRun) done(a *store.Allocation) {
 	}
 }
 
-// runSlot runs the allocation first starts in slot (g, i) and, as Nomad's
-// scheduler does, replaces it when the operator stopped it in a service or
-// system job; a batch job's work is not done twice.
-func (jr *jobRun) runSlot(g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
+// runSlot runs the allocation first starts in slot (g, i) of job (the
+// job, or one launch of it: jobspec.Job.PeriodicChild) and, as Nomad's
+// scheduler does, runs the replacement of one that failed and was
+// rescheduled (after its delay), and replaces one the operator stopped in
+// a service or system job; a batch job's work is not done twice.
+func (jr *jobRun) runSlot(job *jobspec.Job, g *jobspec.Group, i int, first func() (*store.Allocation, bool)) {
 	a, opStopped := first()
 	for {
 		jr.done(a)
-		if !opStopped || a.Detached || jr.job.RunsToCompletion() || jr.ctx.Err() != nil {
+		if next := jr.r.next(jr.ctx, a); next != nil {
+			a, opStopped = jr.r.runRescheduled(jr.ctx, job, g, next, jr.o.OnStart)
+			continue
+		}
+		if !opStopped || a.Detached || job.RunsToCompletion() || jr.ctx.Err() != nil {
 			return
 		}
-		jr.r.log.Info("replacing the allocation the operator stopped", "job", jr.job.ID, "group", g.Name, "alloc_id", a.ID)
-		a, opStopped = jr.r.runAlloc(jr.ctx, jr.job, g, i, jr.o.OnStart, a.ID)
+		jr.r.log.Info("replacing the allocation the operator stopped", "job", job.ID, "group", g.Name, "alloc_id", a.ID)
+		a, opStopped = jr.r.runAlloc(jr.ctx, job, g, i, jr.o.OnStart, a.ID, true)
 	}
+}
+
+// ownJob is the job an adopted allocation belongs to: the job, or the
+// periodic launch its record names (rebuilt from the launch time in its
+// ID, so that it keeps its identity across agents); children caches them.
+func (jr *jobRun) ownJob(rec *store.Allocation, children map[string]*jobspec.Job) (*jobspec.Job, error) {
+	if rec.JobID == jr.job.ID {
+		return jr.job, nil
+	}
+	if c := children[rec.JobID]; c != nil {
+		return c, nil
+	}
+	parent, launch, ok := jobspec.ParsePeriodicChildID(rec.JobID)
+	if !ok || parent != jr.job.ID || jr.job.Periodic == nil {
+		return nil, fmt.Errorf("allocation %s belongs to job %q, not a launch of %q", rec.ID, rec.JobID, jr.job.ID)
+	}
+	c, err := jr.job.PeriodicChild(launch)
+	if err != nil {
+		return nil, err
+	}
+	children[rec.JobID] = c
+	return c, nil
 }
 
 // adopt resumes, each in its slot, the allocations a previous agent left.
@@ -224,27 +252,39 @@ func (jr *jobRun) adopt() {
 		return
 	}
 	jr.adoptedRunning = new(atomic.Int64)
+	children := map[string]*jobspec.Job{}
 	for _, rec := range jr.o.Adopt {
-		g := groupNamed(jr.job, rec.Group)
+		job, jerr := jr.ownJob(rec, children)
+		var g *jobspec.Group
+		if jerr == nil {
+			g = groupNamed(job, rec.Group)
+		} else {
+			job = jr.job
+		}
 		jr.adopted[slot{rec.Group, rec.Index}] = true
 		jr.wg.Add(1)
 		jr.adoptedRunning.Add(1)
 		go func() {
 			defer jr.wg.Done()
 			defer jr.adoptedRunning.Add(-1)
-			if g == nil {
-				jr.done(jr.r.Abandon(jr.ctx, jr.job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
+			switch {
+			case jerr != nil:
+				jr.done(jr.r.Abandon(jr.ctx, job, rec, jerr.Error()))
+				return
+			case g == nil:
+				jr.done(jr.r.Abandon(jr.ctx, job, rec, fmt.Sprintf("its group %q is no longer in the job", rec.Group)))
 				return
 			}
-			jr.runSlot(g, rec.Index, func() (*store.Allocation, bool) { return jr.r.adoptAlloc(jr.ctx, jr.job, g, rec, jr.o.OnStart) })
+			jr.runSlot(job, g, rec.Index, func() (*store.Allocation, bool) { return jr.r.adoptAlloc(jr.ctx, job, g, rec, jr.o.OnStart) })
 		}()
 	}
 }
 
-// launch starts every allocation of one launch (but, the first time, in
-// slots a re-adopted allocation holds); the counter it returns reaches
-// zero when all of them have finished.
-func (jr *jobRun) launch() *atomic.Int64 {
+// launch starts every allocation of one launch of job (the job, or a
+// periodic job's child) but, the first time, in slots a re-adopted
+// allocation holds; the counter it returns reaches zero when all of them
+// have finished.
+func (jr *jobRun) launch(job *jobspec.Job) *atomic.Int64 {
 	running := new(atomic.Int64)
 	// unstarted counts this launch's allocations that have not started
 	// (nor ended before starting); the launch is pending until it is 0.
@@ -256,7 +296,7 @@ func (jr *jobRun) launch() *atomic.Int64 {
 			jr.pending.Add(-1)
 		}
 	}
-	for _, g := range jr.job.Groups {
+	for _, g := range job.Groups {
 		for i := 0; i < g.Count; i++ {
 			if !jr.launched && jr.job.Periodic == nil && jr.adopted[slot{g.Name, i}] {
 				continue
@@ -274,9 +314,9 @@ func (jr *jobRun) launch() *atomic.Int64 {
 			go func() {
 				defer jr.wg.Done()
 				defer running.Add(-1)
-				jr.runSlot(g, i, func() (*store.Allocation, bool) {
+				jr.runSlot(job, g, i, func() (*store.Allocation, bool) {
 					defer once.Do(startedOne) // ended before it started
-					return jr.r.runAlloc(jr.ctx, jr.job, g, i, started, "")
+					return jr.r.runAlloc(jr.ctx, job, g, i, started, "", true)
 				})
 			}()
 		}
@@ -357,7 +397,15 @@ func (jr *jobRun) periodic(sctx context.Context) {
 			jr.skipped()
 			continue
 		}
-		last = jr.launch()
+		// Each launch is a child job of its own, as Nomad's periodic
+		// dispatcher makes: "<job>/periodic-<launch time>".
+		child, err := job.PeriodicChild(next)
+		if err != nil {
+			r.log.Error("periodic launch skipped", "job", job.ID, "at", next, "err", err)
+			jr.skipped()
+			continue
+		}
+		last = jr.launch(child)
 	}
 	jr.schedule(time.Time{})
 }

@@ -221,6 +221,11 @@ func TestLifecyclePrestartFailure(t *testing.T) {
       attempts = 0
       mode     = "fail"
     }
+    # One allocation: its failure is not rescheduled.
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
     task "init" {
       driver = "raw_exec"
       lifecycle {
@@ -435,6 +440,10 @@ func TestMaxRunDuration(t *testing.T) {
       attempts = 3
       delay    = "100ms"
       interval = "1m"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
     }
     task "t" {
       driver           = "raw_exec"

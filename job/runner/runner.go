@@ -227,6 +227,9 @@ type allocRun struct {
 	// tasks findUnrecorded adopted, until the run supervises them.
 	adopted bool
 	found   []driver.Handle
+	// reschedule: its failure may be rescheduled (rescheduleLocked); a
+	// job's run (runSlot) runs the replacement, RunAlloc does not.
+	reschedule bool
 	// saveMu orders the record's writes: the last one written is the
 	// last snapshot taken (a stop request saved beside the run's end).
 	saveMu sync.Mutex
@@ -272,18 +275,20 @@ func (a *allocRun) finishedAt(i int, ts *store.TaskState, res *driver.ExitResult
 // started, if set, is called once the network is up and the tasks are about
 // to start, with the allocation as it then stands (address and ports).
 func (r *Runner) RunAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation)) *store.Allocation {
-	al, _ := r.runAlloc(ctx, job, group, index, started, "")
+	al, _ := r.runAlloc(ctx, job, group, index, started, "", false)
 	return al
 }
 
 // runAlloc is RunAlloc; opStopped reports that the operator stopped the
-// allocation (StopAlloc), replaces names the allocation it replaces.
-func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string) (_ *store.Allocation, opStopped bool) {
+// allocation (StopAlloc), replaces names the allocation it replaces;
+// with reschedule its failure may record a replacement (the caller runs
+// it: jobRun.runSlot).
+func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, index int, started func(*store.Allocation), replaces string, reschedule bool) (_ *store.Allocation, opStopped bool) {
 	id := NewAllocID()
 	now := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{})}
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{}), reschedule: reschedule}
 	a.net = planNetwork(group.Network, r.o.Bridge)
 	r.register(a, id)
 	defer r.unregister(a, id)
@@ -296,7 +301,8 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
 		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
-		Status: store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
+		ParentJobID: periodicParent(job),
+		Status:      store.AllocPending, OwnerPID: r.o.OwnerPID, OwnerStartTime: r.o.OwnerStartTime,
 		Index: index, Agent: r.o.Agent, CreatedAt: now, TimingsMS: map[string]float64{},
 	}
 	for _, t := range group.Tasks {
@@ -322,9 +328,21 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	return a.admitAndRun(ctx, now), false
 }
 
+// periodicParent is the periodic job a launch (jobspec.Job.PeriodicChild)
+// belongs to, recorded on its allocations; "" for any other job.
+func periodicParent(job *jobspec.Job) string {
+	if job.IsPeriodicChild() {
+		return job.ParentID
+	}
+	return ""
+}
+
 // admitAndRun waits for admission, then runs the allocation to its end
 // (or until the runner detaches).
 func (a *allocRun) admitAndRun(ctx context.Context, since time.Time) *store.Allocation {
+	if !a.waitReschedule(ctx) {
+		return a.snapshot()
+	}
 	actx, cancel := a.r.untilDetach(ctx)
 	release, ok := a.admit(actx)
 	cancel()
@@ -604,9 +622,10 @@ func (a *allocRun) finish(ctx context.Context, runErr error, hasNetwork bool) {
 		a.eventLocked("Network removed", "namespace and CNI attachment removed")
 	}
 	a.alloc.StatusDesc = strings.Join(msgs, "; ")
+	next := a.rescheduleLocked(ctx)
 	a.mu.Unlock()
 	fault.Point(fault.BeforeRecordTerminal)
-	a.save(ctx)
+	a.saveWith(ctx, next)
 	fault.Point(fault.AfterRecordTerminal)
 	if m := a.r.o.Metrics; m != nil {
 		m.AllocDone(string(a.alloc.Status))

@@ -237,6 +237,10 @@ func batchRunsJob(drv string) string {
       attempts = 0
       mode     = "fail"
     }
+    # The one allocation's exit is what the tests read: no replacement.
+    reschedule {
+      attempts = 0
+    }
     network {
       mode = "cni/private"
     }

@@ -54,6 +54,10 @@ const (
 	// failed, exit unknown, never run again. raw_exec and exec only (a
 	// container's exit is always known to podman).
 	startLostPath
+	// reschedulePath: the agent dies while a failed batch allocation's
+	// replacement waits out its reschedule delay (both recorded): the
+	// next agent runs the replacement once, after the delay.
+	reschedulePath
 )
 
 // Restore events (job/runner) the crash rows expect of the next agent.
@@ -116,6 +120,7 @@ var crashSchedule = []struct {
 	{point: fault.DrainRequested, path: drainPath, want: []string{evClaimed, evStopped}},
 	{point: fault.DrainStopped, path: drainPath},
 	{point: fault.AfterTasksDone, path: finishedPath, want: []string{evClaimed, evExit}},
+	{point: fault.RescheduleWaiting, path: reschedulePath, want: []string{evClaimed}, only: "raw_exec"},
 	{point: fault.MidDelPrefix + "portmap", path: finishedPath, want: []string{evClaimed, evExit}},
 }
 
@@ -363,6 +368,17 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want, no
 		assertRestore(t, c, job, point, want, not)
 		e.stopAndDrain(t, c, p, opts.jobs, before)
 
+	case reschedulePath:
+		pa := e.startArmed(t, cfgPath, c, point, true)
+		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, failJob(drv))), "fail.hcl")
+		testenv.Must(t, err)
+		diedAt(t, pa, point)
+		p := e.startBinary(t, cfgPath, c)
+		e.rescheduledOnce(t, c)
+		e.waitInvariants(t, c, p.cmd.Process.Pid, invariantOpts{jobs: []string{failJobID}}, time.Minute)
+		assertRestore(t, c, failJobID, point, want, not)
+		e.stopAndDrain(t, c, p, []string{failJobID}, before)
+
 	case drainPath:
 		pa := e.startArmed(t, cfgPath, c, point, true)
 		submit()
@@ -377,6 +393,47 @@ func crashCase(t *testing.T, drv, subnet, point string, path crashPath, want, no
 
 // batchJob is twiceJob's name.
 const batchJob = "bcs-twice"
+
+// failJobID is failJob's name.
+const failJobID = "bcs-fail"
+
+// failJob is twiceJob whose task fails (exit 3) at once, with the batch
+// reschedule policy's defaults (one reschedule, after 5 s).
+func failJob(driver string) string {
+	return strings.NewReplacer(`job "bcs-twice"`, `job "`+failJobID+`"`, "exit 0", "exit 3").Replace(twiceJob(driver, 0))
+}
+
+// rescheduledOnce waits until failJob's failure and its one replacement
+// are recorded failed and checks the chain: linked both ways, the same
+// index, each task run once.
+func (e *testEnv) rescheduledOnce(t *testing.T, c *api.Client) {
+	t.Helper()
+	var l []api.AllocStub
+	waitUntil(time.Minute, func() bool {
+		l = allocsOf(t, c, failJobID)
+		return len(l) == 2 && countStatus(l, api.AllocFailed) == 2
+	})
+	if len(l) != 2 || countStatus(l, api.AllocFailed) != 2 {
+		t.Fatalf("want the failed allocation and its one replacement, both failed: %+v", l)
+	}
+	var first, next *api.Allocation
+	for _, s := range l {
+		a, err := c.Allocation(context.Background(), s.ID)
+		testenv.Must(t, err)
+		if a.PreviousAllocation == "" {
+			first = a
+		} else {
+			next = a
+		}
+		if n := e.runsOf(t, a.ID); n != 1 {
+			t.Errorf("allocation %s: the task ran %d times, want 1", a.ID, n)
+		}
+	}
+	if first == nil || next == nil || first.NextAllocation != next.ID || next.PreviousAllocation != first.ID || next.Index != first.Index ||
+		len(next.RescheduleTracker) != 1 || next.NextAllocation != "" {
+		t.Errorf("reschedule chain: %+v / %+v", first, next)
+	}
+}
 
 // batchRanOnce waits until twiceJob's one allocation is recorded with
 // status and checks that its task ran exactly once; it returns the

@@ -75,9 +75,13 @@ func (a *Agent) parseRecord(ctx context.Context, rec jobRecord) (*jobspec.Job, e
 // dispatched job's ID.
 var dispatchSuffix = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]{1,19}-[0-9a-f]{8}$`) })
 
-// validJobID accepts a job ID (validName) or a dispatched child's,
-// "<parent>/dispatch-<unix seconds>-<8 hex digits>".
+// validJobID accepts a job ID (validName), a dispatched child's,
+// "<parent>/dispatch-<unix seconds>-<8 hex digits>", or a periodic
+// launch's, "<parent>/periodic-<unix seconds>".
 func validJobID(id string) error {
+	if parent, _, ok := jobspec.ParsePeriodicChildID(id); ok {
+		return validName("job ID", parent)
+	}
 	parent, suffix, ok := strings.Cut(id, jobspec.DispatchIDSeparator)
 	if !ok {
 		return validName("job ID", id)

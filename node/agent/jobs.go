@@ -625,10 +625,16 @@ func (a *Agent) listJobs(ctx context.Context) ([]api.JobStub, error) {
 	}
 	perJob := map[string]map[string]int{}
 	for _, al := range allocs {
-		if perJob[al.JobID] == nil {
-			perJob[al.JobID] = map[string]int{}
+		// A periodic launch's allocations count under the periodic
+		// job, as its status lists them.
+		id := al.JobID
+		if al.ParentJobID != "" {
+			id = al.ParentJobID
 		}
-		perJob[al.JobID][string(al.Status)]++
+		if perJob[id] == nil {
+			perJob[id] = map[string]int{}
+		}
+		perJob[id][string(al.Status)]++
 	}
 	for i := range stubs {
 		stubs[i].Allocations = perJob[stubs[i].ID]
@@ -648,18 +654,119 @@ func (a *Agent) jobStatus(ctx context.Context, id string) (*api.JobStatus, error
 	a.mu.Lock()
 	jr := a.jobs[id]
 	var st api.JobStatus
+	var dispatched []api.JobStub
+	var proto api.JobStub
 	if jr != nil {
 		st.JobStub, st.Job, st.Summary = stubLocked(jr), wireJob(jr.job), WireSummary(jr.summary)
+		proto = childProtoLocked(jr)
+		for _, c := range a.jobs {
+			if c.rec.ParentID == id {
+				dispatched = append(dispatched, stubLocked(c))
+			}
+		}
 	}
 	a.mu.Unlock()
 	if jr == nil {
-		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+		return a.periodicChildStatus(ctx, id)
 	}
 	by, allocs, err := a.allocCounts(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	st.JobStub.Allocations = by
+	st.Allocations = wireAllocStubs(allocs)
+	st.Children = append(periodicChildren(proto, allocs), dispatched...)
+	sort.Slice(st.Children, func(i, j int) bool { return st.Children[i].ID < st.Children[j].ID })
+	return &st, nil
+}
+
+// periodicChildren are the launches of a periodic job (proto:
+// childProtoLocked) that allocs (the job's allocations, its children's
+// included) still show.
+func periodicChildren(proto api.JobStub, allocs []*store.Allocation) []api.JobStub {
+	var out []api.JobStub
+	at := map[string]int{}
+	for _, al := range allocs {
+		if al.ParentJobID != proto.ParentID {
+			continue
+		}
+		i, ok := at[al.JobID]
+		if !ok {
+			i = len(out)
+			at[al.JobID] = i
+			out = append(out, childStub(proto, al.JobID))
+		}
+		countChildAlloc(&out[i], al)
+	}
+	return out
+}
+
+// childProtoLocked is what every launch of jr's job shares: its parent,
+// type and namespace. The caller holds a.mu.
+func childProtoLocked(jr *jobRun) api.JobStub {
+	s := api.JobStub{ParentID: jr.rec.ID}
+	if j := jr.job; j != nil {
+		s.Type, s.Namespace = j.Type, j.Namespace
+	}
+	return s
+}
+
+// childStub is the stub of the periodic launch id (proto:
+// childProtoLocked), its allocations not yet counted (countChildAlloc):
+// dead until one of them is not terminal.
+func childStub(proto api.JobStub, id string) api.JobStub {
+	s := proto
+	s.ID, s.Status, s.Allocations = id, api.JobDead, map[string]int{}
+	if _, launch, ok := jobspec.ParsePeriodicChildID(id); ok {
+		s.SubmittedAt = launch
+	}
+	return s
+}
+
+func countChildAlloc(s *api.JobStub, al *store.Allocation) {
+	s.Allocations[string(al.Status)]++
+	if !al.Status.Terminal() {
+		s.Status = api.JobRunning
+	}
+}
+
+// periodicChildStatus is the status of one launch of a periodic job the
+// agent knows: its own job (the periodic one's, with the child's ID) and
+// allocations.
+func (a *Agent) periodicChildStatus(ctx context.Context, id string) (*api.JobStatus, error) {
+	parent, launch, ok := jobspec.ParsePeriodicChildID(id)
+	a.mu.Lock()
+	var jr *jobRun
+	if ok {
+		jr = a.jobs[parent]
+	}
+	var pj *jobspec.Job
+	var proto api.JobStub
+	if jr != nil {
+		pj, proto = jr.job, childProtoLocked(jr)
+	}
+	a.mu.Unlock()
+	if jr == nil {
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	allocs, err := a.node.Store.ListAllocations(ctx, store.AllocFilter{JobID: id})
+	if err != nil {
+		return nil, err
+	}
+	if len(allocs) == 0 {
+		// Never launched, or its allocations were pruned: Nomad's GC
+		// forgets such a child too.
+		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	}
+	st := api.JobStatus{JobStub: childStub(proto, id)}
+	for _, al := range allocs {
+		countChildAlloc(&st.JobStub, al)
+	}
+	if pj != nil && pj.Periodic != nil {
+		if c, err := pj.PeriodicChild(launch); err == nil {
+			st.Job = wireJob(c)
+		}
+	}
 	st.Allocations = wireAllocStubs(allocs)
 	return &st, nil
 }

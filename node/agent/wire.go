@@ -54,6 +54,14 @@ func wireAlloc(a *store.Allocation) *api.Allocation {
 		CreatedAt: a.CreatedAt, ModifiedAt: a.ModifiedAt,
 		Timings:         wireTimings(a.TimingsMS),
 		TeardownRetries: a.TeardownRetries, Holders: slices.Clone(a.Holders),
+		ParentJobID: a.ParentJobID, PreviousAllocation: a.PreviousAllocation, NextAllocation: a.NextAllocation,
+	}
+	for _, e := range a.RescheduleTracker {
+		out.RescheduleTracker = append(out.RescheduleTracker, api.RescheduleEvent{RescheduleTime: e.RescheduleTime, PrevAllocID: e.PrevAllocID, Delay: api.Duration(e.Delay)})
+	}
+	if !a.RescheduleAt.IsZero() {
+		t := a.RescheduleAt
+		out.RescheduleAt = &t
 	}
 	if a.Tasks != nil {
 		out.Tasks = make([]api.TaskState, 0, len(a.Tasks))

@@ -60,6 +60,7 @@ type jobCase struct {
 	meta            []string // K=V, for a dispatch
 	payload         string   // testdata file, for a dispatch
 	logs            bool     // add what the log readers return (logs_test.go)
+	periodic        bool     // its first launch is read, then the job stopped
 }
 
 var cases = []jobCase{
@@ -67,6 +68,7 @@ var cases = []jobCase{
 	{name: "dispatch", file: "dispatch.nomad.hcl", job: "parity-dispatch", meta: []string{"greeting=hello"}, payload: "payload.txt"},
 	{name: "logs", file: "logs.nomad.hcl", job: "parity-logs", logs: true},
 	{name: "caps", file: "caps.nomad.hcl", job: "parity-caps"},
+	{name: "periodic", file: "periodic.nomad.hcl", job: "parity-periodic", periodic: true},
 }
 
 // facts are one task's normalised key=value lines.
@@ -216,6 +218,13 @@ func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 			}
 			id = m[1]
 		}
+		if c.periodic {
+			child, err := firstLaunch(a, id)
+			if err != nil {
+				return nil, err
+			}
+			id = child
+		}
 		jobs[c.name] = id
 	}
 	out := output{}
@@ -261,16 +270,42 @@ func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 	return out, nil
 }
 
+// firstLaunch waits for the periodic job's first child and stops the job
+// (no more launches); its children are left to run.
+func firstLaunch(a *nomadtest.Agent, job string) (string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var jobs []struct{ ID, ParentID string }
+		if err := a.Get("/v1/jobs?prefix="+urlPath(job+"/periodic-"), &jobs); err != nil {
+			return "", err
+		}
+		sort.Slice(jobs, func(i, j int) bool { return jobs[i].ID < jobs[j].ID })
+		if len(jobs) > 0 {
+			if jobs[0].ParentID != job {
+				return "", fmt.Errorf("nomad: child %s of %s has parent %q", jobs[0].ID, job, jobs[0].ParentID)
+			}
+			_, err := a.Nomad("job", "stop", "-detach", job)
+			return jobs[0].ID, err
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nomad: periodic job %s launched nothing in a minute", job)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func urlPath(id string) string { return strings.ReplaceAll(id, "/", "%2F") }
 
 var (
 	uuidRE     = regexp.MustCompile(`[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}`)
 	dispatchRE = regexp.MustCompile(`/dispatch-[0-9]+-[0-9a-f]{8}`)
+	periodicRE = regexp.MustCompile(`/periodic-[0-9]+`)
 )
 
 // parse reads key=value lines and normalises their values: the data dir,
-// the allocation's ID (and its short form) and a dispatched job's suffix
-// are what differ between two runs of the same job anywhere.
+// the allocation's ID (and its short form), a dispatched job's suffix and
+// a periodic launch's time are what differ between two runs of the same
+// job anywhere.
 func parse(b []byte, dataDir string) facts {
 	f := facts{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -289,6 +324,7 @@ func parse(b []byte, dataDir string) facts {
 			s = strings.ReplaceAll(s, allocID[:8], "<alloc-short>")
 		}
 		s = uuidRE.ReplaceAllString(s, "<uuid>")
+		s = periodicRE.ReplaceAllString(s, "/periodic-<time>")
 		return dispatchRE.ReplaceAllString(s, "/dispatch-<time>-<rand>")
 	}
 	out := make(facts, len(f))
