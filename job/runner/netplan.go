@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"strconv"
 	"strings"
 
@@ -132,8 +133,9 @@ func (p *netPlan) confList(ctx context.Context, r *Runner) (*cni.Network, error)
 	return n, nil
 }
 
-// noneNetwork gives `mode = "none"` a namespace with only loopback up, as
-// Nomad does.
+// noneNetwork gives `mode = "none"` a namespace with only loopback up (a
+// task may talk to itself on 127.0.0.1, as in bridge and cni mode; Nomad
+// 1.6.5 leaves lo down: node/parity's network case).
 func noneNetwork() (*cni.Network, error) {
 	return cni.ParseNetwork([]byte(`{"cniVersion":"1.1.0","name":"`+noneNetworkName+`","plugins":[{"type":"loopback"}]}`), "berth none network")
 }
@@ -225,20 +227,31 @@ func (p *netPlan) restore(n *store.NetworkStatus) {
 	}
 }
 
-// portVars adds the NOMAD_* port and address variables of every port.
+// portVars adds the NOMAD_* port and address variables of every port, one
+// rule each, as Nomad 1.6.5 sets them (measured by node/parity's network
+// case) in every network mode:
+//   - NOMAD_IP, NOMAD_ADDR and NOMAD_HOST_*: where the port is published,
+//     the host address and the host port (also in cni and bridge mode,
+//     where the task listens on another port in its own namespace);
+//   - NOMAD_PORT and NOMAD_ALLOC_PORT: the port the task listens on, `to`
+//     (the host port without one, and always on the host network, where
+//     nothing maps it: Nomad gives `to` there too, which no one publishes);
+//   - NOMAD_ALLOC_IP and NOMAD_ALLOC_ADDR: the allocation's address (the
+//     host's without a namespace) and that port. Nomad 1.6.5 documents
+//     them but sets neither for its raw_exec and exec tasks.
 func (p *netPlan) portVars(vars map[string]string) {
-	ip := p.allocIP
 	for _, pp := range p.ports {
 		l := pp.Label
-		vars["NOMAD_IP_"+l] = ip
-		vars["NOMAD_ALLOC_IP_"+l] = ip
+		host := net.JoinHostPort(hostIP, strconv.Itoa(pp.HostPort))
+		vars["NOMAD_IP_"+l] = hostIP
 		vars["NOMAD_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(pp.HostPort)
+		vars["NOMAD_ADDR_"+l] = host
 		vars["NOMAD_HOST_IP_"+l] = hostIP
-		vars["NOMAD_ADDR_"+l] = ip + ":" + strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_ALLOC_ADDR_"+l] = ip + ":" + strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_HOST_ADDR_"+l] = hostIP + ":" + strconv.Itoa(pp.HostPort)
+		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(pp.HostPort)
+		vars["NOMAD_HOST_ADDR_"+l] = host
+		vars["NOMAD_ALLOC_IP_"+l] = p.allocIP
+		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
+		vars["NOMAD_ALLOC_ADDR_"+l] = net.JoinHostPort(p.allocIP, strconv.Itoa(pp.ContainerPort))
 	}
 }
 

@@ -101,9 +101,9 @@ func TestNetPlanAddresses(t *testing.T) {
 	vars := map[string]string{}
 	p.portVars(vars)
 	want := map[string]string{
-		"NOMAD_IP_http": "10.199.46.2", "NOMAD_ALLOC_IP_http": "10.199.46.2",
+		"NOMAD_IP_http": hostIP, "NOMAD_ALLOC_IP_http": "10.199.46.2",
 		"NOMAD_PORT_http": "80", "NOMAD_ALLOC_PORT_http": "80", "NOMAD_HOST_PORT_http": "8080",
-		"NOMAD_HOST_IP_http": hostIP, "NOMAD_ADDR_http": "10.199.46.2:80", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
+		"NOMAD_HOST_IP_http": hostIP, "NOMAD_ADDR_http": hostIP + ":8080", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
 		"NOMAD_HOST_ADDR_http": hostIP + ":8080",
 	}
 	for k, v := range want {
@@ -211,5 +211,84 @@ func TestNetworkModeReadOnce(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d files: the packages were not found", checked)
+	}
+}
+
+// portVarCases are a group's ports in each network mode, planned as for
+// an allocation (a namespace's address 10.199.194.2 from attach).
+func portVarCases(t *testing.T) map[string]netPlan {
+	t.Helper()
+	spec := []jobspec.Port{
+		{Label: "stat", Static: 19401},
+		{Label: "statto", Static: 19402, To: 19403},
+		{Label: "dyn"},
+		{Label: "dynto", To: 19404},
+	}
+	out := map[string]netPlan{}
+	for _, mode := range []string{"cni/mynet", jobspec.NetworkBridge, jobspec.NetworkHost} {
+		p := planNetwork(jobspec.Network{Mode: mode, Ports: spec}, DefaultBridge())
+		if p.namespaced() {
+			if err := p.pickPorts(); err != nil {
+				t.Fatal(err)
+			}
+			st := &attach.Status{Network: p.network, NetnsPath: "/run/netns/x"}
+			st.IPv4 = []string{"10.199.194.2/24"}
+			p.attached(st)
+		} else if _, err := p.hostOnly(); err != nil {
+			t.Fatal(err)
+		}
+		out[mode] = p
+	}
+	return out
+}
+
+// TestPortVarIP: NOMAD_IP_<label> is the host address the port is
+// published on in every mode, as in Nomad 1.6.5 (not the namespace's).
+func TestPortVarIP(t *testing.T) {
+	for mode, p := range portVarCases(t) {
+		vars := map[string]string{}
+		p.portVars(vars)
+		for _, pp := range p.ports {
+			if got := vars["NOMAD_IP_"+pp.Label]; got != hostIP {
+				t.Errorf("%s: NOMAD_IP_%s = %q, want the host's %q", mode, pp.Label, got, hostIP)
+			}
+			if got := vars["NOMAD_ALLOC_IP_"+pp.Label]; got != p.allocIP {
+				t.Errorf("%s: NOMAD_ALLOC_IP_%s = %q, want the allocation's %q", mode, pp.Label, got, p.allocIP)
+			}
+		}
+	}
+}
+
+// TestPortVarAddr: NOMAD_ADDR_<label> is the host address and the host
+// port (static or dynamic, whatever `to` is), as NOMAD_HOST_ADDR, in
+// every mode, as in Nomad 1.6.5; NOMAD_PORT_<label> stays the port the
+// task listens on (`to` in a namespace).
+func TestPortVarAddr(t *testing.T) {
+	for mode, p := range portVarCases(t) {
+		vars := map[string]string{}
+		p.portVars(vars)
+		for _, pp := range p.ports {
+			l := pp.Label
+			want := hostIP + ":" + strconv.Itoa(pp.HostPort)
+			if got := vars["NOMAD_ADDR_"+l]; got != want {
+				t.Errorf("%s: NOMAD_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+			if got := vars["NOMAD_HOST_ADDR_"+l]; got != want {
+				t.Errorf("%s: NOMAD_HOST_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+			listen := pp.HostPort
+			if p.namespaced() && (l == "statto" || l == "dynto") {
+				listen = 19403
+				if l == "dynto" {
+					listen = 19404
+				}
+			}
+			if got := vars["NOMAD_PORT_"+l]; got != strconv.Itoa(listen) {
+				t.Errorf("%s: NOMAD_PORT_%s = %q, want %d", mode, l, got, listen)
+			}
+			if got, want := vars["NOMAD_ALLOC_ADDR_"+l], p.allocIP+":"+strconv.Itoa(listen); got != want {
+				t.Errorf("%s: NOMAD_ALLOC_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+		}
 	}
 }
