@@ -59,11 +59,17 @@ type jobCase struct {
 	name, file, job string
 	meta            []string // K=V, for a dispatch
 	payload         string   // testdata file, for a dispatch
+	// vars are the job's -var NAME=VALUE on a system ("nomad", "berth"):
+	// what two runs side by side must not share (host ports, networks).
+	vars func(system string) []string
+	// normalise, when set, rewrites one system's parsed facts further.
+	normalise func(system string, f facts) facts
 }
 
 var cases = []jobCase{
 	{name: "world", file: "world.nomad.hcl", job: "parity-world"},
 	{name: "dispatch", file: "dispatch.nomad.hcl", job: "parity-dispatch", meta: []string{"greeting=hello"}, payload: "payload.txt"},
+	{name: "network", file: "network.nomad.hcl", job: "parity-network", vars: networkVars, normalise: normaliseNetwork},
 }
 
 // facts are one task's normalised key=value lines.
@@ -90,10 +96,10 @@ func TestParity(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		berthOut, berthErr = runBerth(t, bin)
+		berthOut, berthErr = runBerth(t, bin, cniNetworks(t, "berth"))
 	}()
 
-	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet})
+	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet, Networks: cniNetworks(t, "nomad")})
 	// memory_max is honoured only with oversubscription on (off by
 	// default): without it Nomad drops the value and sets no
 	// NOMAD_MEMORY_MAX_LIMIT.
@@ -123,17 +129,26 @@ func TestParity(t *testing.T) {
 }
 
 // runBerth runs every case with `berth run` (one run at a time, each with
-// its own data dir) and reads each task's stdout from its allocation dir.
-// It runs in its own goroutine: it returns errors, never fails t.
-func runBerth(t *testing.T, bin string) (output, error) {
+// its own data dir, networks the conflists of its CNI config dir) and
+// reads each task's stdout from its allocation dir. It runs in its own
+// goroutine: it returns errors, never fails t.
+func runBerth(t *testing.T, bin string, networks map[string][]byte) (output, error) {
 	bridge, iface := "btpar-"+testenv.RandSuffix(4), "btpar"+testenv.RandSuffix(4)
 	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(bridge, iface) })
 	out := output{}
 	for _, c := range cases {
-		dataDir := filepath.Join(t.TempDir(), "data")
+		dataDir, cniDir := filepath.Join(t.TempDir(), "data"), t.TempDir()
+		for name, b := range networks {
+			if err := os.WriteFile(filepath.Join(cniDir, name+".conflist"), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
 		args := []string{"run", "--max-runs", "1", "--data-dir", dataDir, "--lock-dir", t.TempDir(),
-			"--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins,
+			"--cni-config-dir", cniDir, "--cni-path", testenv.ReferencePlugins,
 			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet}
+		for _, v := range c.varsOn("berth") {
+			args = append(args, "-var", v)
+		}
 		for _, m := range c.meta {
 			args = append(args, "-meta", m)
 		}
@@ -160,7 +175,7 @@ func runBerth(t *testing.T, bin string) (output, error) {
 					return nil, err
 				}
 				task := strings.TrimSuffix(filepath.Base(l), ".stdout")
-				out[c.name][task] = parse(b, dataDir)
+				out[c.name][task] = c.parse("berth", b, dataDir)
 			}
 		}
 	}
@@ -181,7 +196,11 @@ type nomadAlloc struct {
 func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 	jobs := map[string]string{}
 	for _, c := range cases {
-		if _, err := a.Nomad("job", "run", "-detach", filepath.Join("testdata", c.file)); err != nil {
+		args := []string{"job", "run", "-detach"}
+		for _, v := range c.varsOn("nomad") {
+			args = append(args, "-var", v)
+		}
+		if _, err := a.Nomad(append(args, filepath.Join("testdata", c.file))...); err != nil {
 			return nil, err
 		}
 		id := c.job
@@ -233,11 +252,27 @@ func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 				if err != nil {
 					return nil, err
 				}
-				out[c.name][task] = parse([]byte(logs), a.DataDir)
+				out[c.name][task] = c.parse("nomad", []byte(logs), a.DataDir)
 			}
 		}
 	}
 	return out, nil
+}
+
+func (c jobCase) varsOn(system string) []string {
+	if c.vars == nil {
+		return nil
+	}
+	return c.vars(system)
+}
+
+// parse is parse, then the case's own normalisation.
+func (c jobCase) parse(system string, b []byte, dataDir string) facts {
+	f := parse(b, dataDir)
+	if c.normalise != nil {
+		f = c.normalise(system, f)
+	}
+	return f
 }
 
 func urlPath(id string) string { return strings.ReplaceAll(id, "/", "%2F") }
