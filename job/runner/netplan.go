@@ -61,12 +61,16 @@ type netPlan struct {
 	// allocIP is the allocation's address: the namespace's first IPv4
 	// address, or hostIP without a namespace.
 	allocIP string
+	// hostIP is the host address the ports are advertised on
+	// (Options.HostIP; a re-adopted allocation's recorded one).
+	hostIP string
 }
 
 // planNetwork resolves a group's network block; bridge is the runner's
-// bridge network (with its defaults).
-func planNetwork(n jobspec.Network, bridge BridgeConfig) netPlan {
-	p := netPlan{mode: n.Mode, bridge: bridge, spec: n.Ports, dns: n.DNS, cniArgs: n.CNIArgs}
+// bridge network (with its defaults), hostIP the host address it
+// advertises.
+func planNetwork(n jobspec.Network, bridge BridgeConfig, hostIP string) netPlan {
+	p := netPlan{mode: n.Mode, bridge: bridge, spec: n.Ports, dns: n.DNS, cniArgs: n.CNIArgs, hostIP: hostIP}
 	switch {
 	case n.Mode == jobspec.NetworkBridge:
 		p.kind, p.network = netBridge, bridge.withDefaults().Network
@@ -201,7 +205,7 @@ func (p *netPlan) hostOnly() (*store.NetworkStatus, error) {
 	if err := p.pickPorts(); err != nil {
 		return ns, err
 	}
-	p.allocIP = hostIP
+	p.allocIP = p.hostIP
 	return ns, nil
 }
 
@@ -209,7 +213,7 @@ func (p *netPlan) hostOnly() (*store.NetworkStatus, error) {
 func (p *netPlan) recordPorts() []store.PortMapping {
 	var out []store.PortMapping
 	for _, pp := range p.ports {
-		out = append(out, store.PortMapping{Label: pp.Label, HostIP: hostIP, HostPort: pp.HostPort, To: pp.ContainerPort})
+		out = append(out, store.PortMapping{Label: pp.Label, HostIP: p.hostIP, HostPort: pp.HostPort, To: pp.ContainerPort})
 	}
 	return out
 }
@@ -220,8 +224,12 @@ func (p *netPlan) restore(n *store.NetworkStatus) {
 	p.ports = nil
 	for _, pm := range n.Ports {
 		p.ports = append(p.ports, portPlan{Label: pm.Label, HostPort: pm.HostPort, ContainerPort: pm.To})
+		if pm.HostIP != "" {
+			// What its tasks were given, whatever this runner advertises.
+			p.hostIP = pm.HostIP
+		}
 	}
-	p.allocIP = hostIP
+	p.allocIP = p.hostIP
 	if len(n.IPv4) > 0 {
 		p.allocIP, _, _ = strings.Cut(n.IPv4[0], "/")
 	}
@@ -242,11 +250,11 @@ func (p *netPlan) restore(n *store.NetworkStatus) {
 func (p *netPlan) portVars(vars map[string]string) {
 	for _, pp := range p.ports {
 		l := pp.Label
-		host := net.JoinHostPort(hostIP, strconv.Itoa(pp.HostPort))
-		vars["NOMAD_IP_"+l] = hostIP
+		host := net.JoinHostPort(p.hostIP, strconv.Itoa(pp.HostPort))
+		vars["NOMAD_IP_"+l] = p.hostIP
 		vars["NOMAD_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
 		vars["NOMAD_ADDR_"+l] = host
-		vars["NOMAD_HOST_IP_"+l] = hostIP
+		vars["NOMAD_HOST_IP_"+l] = p.hostIP
 		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(pp.HostPort)
 		vars["NOMAD_HOST_ADDR_"+l] = host
 		vars["NOMAD_ALLOC_IP_"+l] = p.allocIP
@@ -258,7 +266,7 @@ func (p *netPlan) portVars(vars map[string]string) {
 // serviceNet is what the network gives services and checks; netnsPath is
 // the namespace the allocation's record has ("" for none).
 func (p *netPlan) serviceNet(netnsPath string) service.AllocNet {
-	n := service.AllocNet{Mode: p.mode, HostIP: hostIP}
+	n := service.AllocNet{Mode: p.mode, HostIP: p.hostIP}
 	if netnsPath != "" {
 		n.NetnsPath, n.AllocIP = netnsPath, p.allocIP
 	}

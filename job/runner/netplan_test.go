@@ -15,6 +15,11 @@ import (
 	"github.com/berth/berth/store"
 )
 
+// testHostIP is the host address the plans advertise here (Options.HostIP):
+// a documentation address, never dialled, so that nothing passes by
+// falling back to DefaultHostIP.
+const testHostIP = "192.0.2.7"
+
 func TestPlanNetwork(t *testing.T) {
 	bridge := BridgeConfig{Network: "br-test"}
 	tests := []struct {
@@ -33,7 +38,7 @@ func TestPlanNetwork(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			p := planNetwork(jobspec.Network{Mode: tc.mode}, bridge)
+			p := planNetwork(jobspec.Network{Mode: tc.mode}, bridge, testHostIP)
 			if p.kind != tc.kind || p.network != tc.network || p.namespaced() != tc.namespaced {
 				t.Errorf("plan = kind %d network %q namespaced %v, want kind %d network %q namespaced %v",
 					p.kind, p.network, p.namespaced(), tc.kind, tc.network, tc.namespaced)
@@ -43,7 +48,7 @@ func TestPlanNetwork(t *testing.T) {
 			}
 		})
 	}
-	if p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, BridgeConfig{}); p.network != DefaultBridge().Network {
+	if p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, BridgeConfig{}, testHostIP); p.network != DefaultBridge().Network {
 		t.Errorf("bridge with no name attaches to %q, want the default %q", p.network, DefaultBridge().Network)
 	}
 }
@@ -66,7 +71,7 @@ func TestNetPlanPorts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			p := planNetwork(jobspec.Network{Mode: tc.mode, Ports: spec}, DefaultBridge())
+			p := planNetwork(jobspec.Network{Mode: tc.mode, Ports: spec}, DefaultBridge(), testHostIP)
 			if err := p.pickPorts(); err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +95,7 @@ func TestNetPlanPorts(t *testing.T) {
 }
 
 func TestNetPlanAddresses(t *testing.T) {
-	p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge, DNS: &jobspec.DNS{Servers: []string{"10.199.46.53"}}}, DefaultBridge())
+	p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge, DNS: &jobspec.DNS{Servers: []string{"10.199.46.53"}}}, DefaultBridge(), testHostIP)
 	p.ports = []portPlan{{Label: "http", HostPort: 8080, ContainerPort: 80}}
 	st := &attach.Status{Network: "berth", NetnsPath: "/run/netns/x"}
 	st.IPv4 = []string{"10.199.46.2/24"}
@@ -101,10 +106,10 @@ func TestNetPlanAddresses(t *testing.T) {
 	vars := map[string]string{}
 	p.portVars(vars)
 	want := map[string]string{
-		"NOMAD_IP_http": hostIP, "NOMAD_ALLOC_IP_http": "10.199.46.2",
+		"NOMAD_IP_http": testHostIP, "NOMAD_ALLOC_IP_http": "10.199.46.2",
 		"NOMAD_PORT_http": "80", "NOMAD_ALLOC_PORT_http": "80", "NOMAD_HOST_PORT_http": "8080",
-		"NOMAD_HOST_IP_http": hostIP, "NOMAD_ADDR_http": hostIP + ":8080", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
-		"NOMAD_HOST_ADDR_http": hostIP + ":8080",
+		"NOMAD_HOST_IP_http": testHostIP, "NOMAD_ADDR_http": testHostIP + ":8080", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
+		"NOMAD_HOST_ADDR_http": testHostIP + ":8080",
 	}
 	for k, v := range want {
 		if vars[k] != v {
@@ -119,14 +124,16 @@ func TestNetPlanAddresses(t *testing.T) {
 		t.Errorf("serviceNet = %+v", sn)
 	}
 
-	// Re-adopted: the record's ports and address, not new ones.
-	var r netPlan
+	// Re-adopted: the record's ports and addresses, not new ones, also
+	// when this runner advertises another host address.
+	r := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, DefaultBridge(), DefaultHostIP)
 	r.restore(&store.NetworkStatus{Ports: p.recordPorts(), IPv4: []string{"10.199.46.2/24"}})
-	if r.allocIP != "10.199.46.2" || len(r.ports) != 1 || r.ports[0] != p.ports[0] {
-		t.Errorf("restored = %+v, want %+v at 10.199.46.2", r.ports, p.ports)
+	if r.allocIP != "10.199.46.2" || len(r.ports) != 1 || r.ports[0] != p.ports[0] || r.hostIP != testHostIP {
+		t.Errorf("restored = %+v at %s, host %s, want %+v at 10.199.46.2, host %s", r.ports, r.allocIP, r.hostIP, p.ports, testHostIP)
 	}
+	r = planNetwork(jobspec.Network{}, DefaultBridge(), testHostIP)
 	r.restore(&store.NetworkStatus{})
-	if r.allocIP != hostIP || r.ports != nil {
+	if r.allocIP != testHostIP || r.ports != nil {
 		t.Errorf("restored from a host record = %+v at %s", r.ports, r.allocIP)
 	}
 }
@@ -226,7 +233,7 @@ func portVarCases(t *testing.T) map[string]netPlan {
 	}
 	out := map[string]netPlan{}
 	for _, mode := range []string{"cni/mynet", jobspec.NetworkBridge, jobspec.NetworkHost} {
-		p := planNetwork(jobspec.Network{Mode: mode, Ports: spec}, DefaultBridge())
+		p := planNetwork(jobspec.Network{Mode: mode, Ports: spec}, DefaultBridge(), testHostIP)
 		if p.namespaced() {
 			if err := p.pickPorts(); err != nil {
 				t.Fatal(err)
@@ -249,8 +256,8 @@ func TestPortVarIP(t *testing.T) {
 		vars := map[string]string{}
 		p.portVars(vars)
 		for _, pp := range p.ports {
-			if got := vars["NOMAD_IP_"+pp.Label]; got != hostIP {
-				t.Errorf("%s: NOMAD_IP_%s = %q, want the host's %q", mode, pp.Label, got, hostIP)
+			if got := vars["NOMAD_IP_"+pp.Label]; got != testHostIP {
+				t.Errorf("%s: NOMAD_IP_%s = %q, want the host's %q", mode, pp.Label, got, testHostIP)
 			}
 			if got := vars["NOMAD_ALLOC_IP_"+pp.Label]; got != p.allocIP {
 				t.Errorf("%s: NOMAD_ALLOC_IP_%s = %q, want the allocation's %q", mode, pp.Label, got, p.allocIP)
@@ -269,7 +276,7 @@ func TestPortVarAddr(t *testing.T) {
 		p.portVars(vars)
 		for _, pp := range p.ports {
 			l := pp.Label
-			want := hostIP + ":" + strconv.Itoa(pp.HostPort)
+			want := testHostIP + ":" + strconv.Itoa(pp.HostPort)
 			if got := vars["NOMAD_ADDR_"+l]; got != want {
 				t.Errorf("%s: NOMAD_ADDR_%s = %q, want %q", mode, l, got, want)
 			}

@@ -99,7 +99,9 @@ func TestParity(t *testing.T) {
 		berthOut, berthErr = runBerth(t, bin, cniNetworks(t, "berth"))
 	}()
 
-	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet, Networks: cniNetworks(t, "nomad")})
+	// Both advertise 127.0.0.1 (network_interface "lo"): the test's
+	// traffic stays on loopback, never the host's default-route address.
+	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet, Networks: cniNetworks(t, "nomad"), NetworkInterface: "lo"})
 	// memory_max is honoured only with oversubscription on (off by
 	// default): without it Nomad drops the value and sets no
 	// NOMAD_MEMORY_MAX_LIMIT.
@@ -145,7 +147,7 @@ func runBerth(t *testing.T, bin string, networks map[string][]byte) (output, err
 		}
 		args := []string{"run", "--max-runs", "1", "--data-dir", dataDir, "--lock-dir", t.TempDir(),
 			"--cni-config-dir", cniDir, "--cni-path", testenv.ReferencePlugins,
-			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet}
+			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet, "--client-network-interface", "lo"}
 		for _, v := range c.varsOn("berth") {
 			args = append(args, "-var", v)
 		}
