@@ -123,6 +123,13 @@ func TestNetPlanAddresses(t *testing.T) {
 	if sn.AllocIP != "10.199.46.2" || sn.NetnsPath != "/run/netns/x" || len(sn.Ports) != 1 || sn.Mode != jobspec.NetworkBridge {
 		t.Errorf("serviceNet = %+v", sn)
 	}
+	// address_mode "host" services and the record: the advertised address.
+	if sn.HostIP != testHostIP {
+		t.Errorf("serviceNet's host address = %q, want %q", sn.HostIP, testHostIP)
+	}
+	if rp := p.recordPorts(); len(rp) != 1 || rp[0].HostIP != testHostIP {
+		t.Errorf("recorded ports = %+v, want on %s", rp, testHostIP)
+	}
 
 	// Re-adopted: the record's ports and addresses, not new ones, also
 	// when this runner advertises another host address.
