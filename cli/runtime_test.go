@@ -128,6 +128,8 @@ func startAgentOn(t *testing.T, subnet string) (string, string) {
 	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: subnet}
 	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(cfg.Bridge.Network, cfg.Bridge.Iface) })
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}
+	// Checks of address_mode "host" dial the advertised address: loopback.
+	cfg.Client.NetworkInterface = "lo"
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), agent.WithVersion("test"))
 	testenv.Must(t, err)
 	testenv.Serve(t, "agent", a.Run, a.Ready())
