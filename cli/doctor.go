@@ -49,7 +49,7 @@ With --nomad it also checks the connection to this node's Nomad client agent
 			if err := nf.needSwitch(cmd.Flags(), "nomad"); err != nil {
 				return err
 			}
-			n, err := g.newNode()
+			n, err := g.newNode(cmd.Context())
 			if err != nil {
 				return err
 			}

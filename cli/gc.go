@@ -60,7 +60,7 @@ or is not this node's client, nothing is touched and gc exits 1.`,
 					return err
 				}
 			}
-			n, err := g.newNode()
+			n, err := g.newNode(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -161,8 +161,8 @@ func (g *Globals) Stdout() io.Writer { return g.stdout }
 
 // newNode builds the node the flags describe, without its store: enough
 // to validate jobs.
-func (g *Globals) newNode() (*node.Node, error) {
-	return node.New(g.Config, node.Options{Logger: g.Logger()})
+func (g *Globals) newNode(ctx context.Context) (*node.Node, error) {
+	return node.New(ctx, g.Config, node.Options{Logger: g.Logger()})
 }
 
 // openNode opens the node the flags describe: store, attachment manager,

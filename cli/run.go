@@ -111,7 +111,7 @@ from -var, -var-file and NOMAD_VAR_<name> in the environment (a -var wins over a
 the environment).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := g.newNode()
+			n, err := g.newNode(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -179,7 +179,7 @@ dispatched once, with -meta and --payload, and the child job runs.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			n, err := g.newNode()
+			n, err := g.newNode(cmd.Context())
 			if err != nil {
 				return err
 			}

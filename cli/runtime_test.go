@@ -30,11 +30,13 @@ func runIn(t *testing.T, stdin io.Reader, args ...string) (string, string, error
 }
 
 // localFlags are the node flags of a berth with its own data dir, lock
-// dir and CNI config dir.
+// dir and CNI config dir, advertising 127.0.0.1 (tests dial loopback,
+// never the host's default-route address).
 func localFlags(t *testing.T) (dataDir string, flags []string) {
 	t.Helper()
 	dataDir = filepath.Join(t.TempDir(), "data")
-	return dataDir, []string{"--data-dir", dataDir, "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins}
+	return dataDir, []string{"--data-dir", dataDir, "--lock-dir", t.TempDir(), "--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins,
+		"--client-network-interface", "lo"}
 }
 
 // taskOutput is the stdout of the one allocation of a run's data dir.
@@ -126,6 +128,8 @@ func startAgentOn(t *testing.T, subnet string) (string, string) {
 	cfg.Bridge = &node.Bridge{Network: "btcli-br-" + testenv.RandSuffix(6), Iface: "btcli" + testenv.RandSuffix(6), Subnet: subnet}
 	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(cfg.Bridge.Network, cfg.Bridge.Iface) })
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock")}
+	// Checks of address_mode "host" dial the advertised address: loopback.
+	cfg.Client.NetworkInterface = "lo"
 	a, err := agent.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), agent.WithVersion("test"))
 	testenv.Must(t, err)
 	testenv.Serve(t, "agent", a.Run, a.Ready())

@@ -40,6 +40,11 @@ type Client struct {
 	// MaxKillTimeout caps a task's kill_timeout, as Nomad's client
 	// setting: a stop or a drain never waits longer for one task.
 	MaxKillTimeout string `hcl:"max_kill_timeout,optional" help:"longest kill_timeout a task gets (a job asking more gets this, with a warning)"`
+	// NetworkInterface is Nomad's client network_interface: the interface
+	// whose first IPv4 address the node advertises (NOMAD_IP_<label>,
+	// services with address_mode "host", attr.unique.network.ip-address).
+	// Empty: the interface of the IPv4 default route.
+	NetworkInterface string `hcl:"network_interface,optional" help:"interface whose IPv4 address tasks and services are given as the host's (default: the IPv4 default route's; \"lo\" for 127.0.0.1)"`
 
 	Reserved *Reserved `hcl:"reserved,block"`
 	// HostVolumes are host directories jobs may mount (Nomad's client

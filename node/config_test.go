@@ -27,7 +27,7 @@ func TestSettingNames(t *testing.T) {
 		"bridge.network=bridge-network", "bridge.iface=bridge-iface", "bridge.subnet=bridge-subnet",
 		"client.cpu_total_compute=client-cpu-total-compute", "client.memory_total_mb=client-memory-total-mb",
 		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers", "client.max_pending_launches=client-max-pending-launches",
-		"client.max_kill_timeout=client-max-kill-timeout",
+		"client.max_kill_timeout=client-max-kill-timeout", "client.network_interface=client-network-interface",
 		"client.reserved.cpu=client-reserved-cpu", "client.reserved.memory=client-reserved-memory", "client.host_volume=client-host-volume",
 		"tasks.raw_exec_enabled=tasks-raw-exec-enabled", "tasks.user_denylist=tasks-user-denylist",
 		"tasks.user_checked_drivers=tasks-user-checked-drivers", "tasks.chroot_env=",

@@ -31,7 +31,7 @@ func TestMissingDriverHint(t *testing.T) {
 			tasks := DefaultTasks()
 			tasks.RawExecEnabled = tt.rawExec
 			cfg.Tasks = tasks
-			n, err := New(cfg, Options{})
+			n, err := New(context.Background(), cfg, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

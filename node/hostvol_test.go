@@ -104,7 +104,7 @@ func TestResources(t *testing.T) {
 	c := Default()
 	c.CNIConfigDir = confDir
 	c.Client.HostVolumes = []*HostVolume{{Name: "data", Path: "/tmp"}}
-	n, err := New(c, Options{})
+	n, err := New(context.Background(), c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type Node struct {
 	Drivers *runner.Drivers
 	// Attrs are this machine's attributes, which job constraints read.
 	Attrs jobspec.NodeAttrs
+	// HostIP is the host address the node advertises for its
+	// allocations' ports (client.network_interface, advertiseAddr).
+	HostIP string
 	// Capacity is what allocations may use (client block, detected totals
 	// less the reserve).
 	Capacity runner.Capacity
@@ -75,7 +78,7 @@ type Node struct {
 // drivers (each made when first needed) and the node's attributes. That
 // is enough to validate jobs (ParseOptions) before the data dir is
 // touched; Open adds the store and the attachment manager.
-func New(cfg Config, o Options) (*Node, error) {
+func New(ctx context.Context, cfg Config, o Options) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,6 +93,15 @@ func New(cfg Config, o Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	hostIP, why, err := advertiseAddr(ctx, netlinkHost{}, cfg.clientSettings().NetworkInterface)
+	if err != nil {
+		return nil, err
+	}
+	if why != "" {
+		o.Logger.Warn("advertising "+hostIP+" as the host address (a task in a network namespace cannot reach it): "+why, "setting", SettingName("client.network_interface"))
+	}
+	attrs := jobspec.LocalNode()
+	attrs[jobspec.AttrHostIP] = hostIP
 	return &Node{
 		Config: cfg,
 		Log:    o.Logger,
@@ -98,7 +110,8 @@ func New(cfg Config, o Options) (*Node, error) {
 			PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: o.Logger,
 		}),
 		Drivers:        newDrivers(&cfg, o.Logger),
-		Attrs:          jobspec.LocalNode(),
+		Attrs:          attrs,
+		HostIP:         hostIP,
 		Capacity:       capa,
 		OwnerPID:       os.Getpid(),
 		OwnerStartTime: start,
@@ -108,7 +121,7 @@ func New(cfg Config, o Options) (*Node, error) {
 
 // Open is New, then OpenStore.
 func Open(ctx context.Context, cfg Config, o Options) (*Node, error) {
-	n, err := New(cfg, o)
+	n, err := New(ctx, cfg, o)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +265,7 @@ func (n *Node) runnerOptions() runner.Options {
 		MaxKillTimeout:     n.Config.MaxKillTimeout(),
 		ArtifactLimits:     n.Config.ArtifactLimits(),
 		HostVolumes:        n.Config.RunnerHostVolumes(),
+		HostIP:             n.HostIP,
 	}
 }
 

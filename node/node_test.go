@@ -18,7 +18,7 @@ func TestOpen(t *testing.T) {
 	cfg := Default()
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.LockDir = filepath.Join(t.TempDir(), "lock")
-	n, err := New(cfg, Options{})
+	n, err := New(context.Background(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestOpen(t *testing.T) {
 func TestOpenWithoutStore(t *testing.T) {
 	cfg := Default()
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	n, err := New(cfg, Options{})
+	n, err := New(context.Background(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestOpenWithoutStore(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	cfg := Default()
 	cfg.DataDir = "rel"
-	if _, err := New(cfg, Options{}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(context.Background(), cfg, Options{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("got %v", err)
 	}
 }

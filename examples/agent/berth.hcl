@@ -90,6 +90,15 @@ client {
   # one task (a job asking more gets this, with a warning at validate).
   max_kill_timeout = "30s"
 
+  # The interface whose first IPv4 address the node advertises, as Nomad's:
+  # NOMAD_IP_<label>, NOMAD_ADDR_<label>, NOMAD_HOST_*_<label>, services with
+  # address_mode = "host" and ${attr.unique.network.ip-address}. Ports are
+  # published on every host address; a task in a network namespace reaches the
+  # host through this one (its own 127.0.0.1 is its namespace's). Unset: the
+  # interface of the IPv4 default route (127.0.0.1, with a warning, without one);
+  # "lo" advertises 127.0.0.1.
+  # network_interface = "eth0"
+
   # Kept for the host (berth, the system) and not offered to allocations.
   reserved {
     cpu    = 0 # MHz

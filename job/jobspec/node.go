@@ -11,13 +11,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// AttrHostIP is Nomad's attribute of the node's advertised address
+// (its network fingerprint's): the host address of NOMAD_IP_<label>.
+const AttrHostIP = "attr.unique.network.ip-address"
+
 // LocalNode describes this machine with Nomad's attribute names, for
 // constraints: attr.unique.hostname, attr.kernel.name ("linux"),
 // attr.kernel.version, attr.kernel.arch, attr.cpu.arch (Go's GOARCH, as
 // Nomad), attr.cpu.numcores, attr.os.name and attr.os.version (from
 // /etc/os-release), node.unique.name (the hostname), node.unique.id (the
 // machine ID), node.datacenter ("dc1"), node.region ("global") and
-// node.class (""). Attributes it cannot read are left out, so constraints
+// node.class (""). The node adds attr.unique.network.ip-address
+// (AttrHostIP), the address it advertises. Attributes it cannot read are left out, so constraints
 // on them fail as "not set" instead of matching a made-up value.
 func LocalNode() NodeAttrs {
 	n := NodeAttrs{

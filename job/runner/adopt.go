@@ -110,7 +110,7 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
-	a.net = planNetwork(group.Network, r.o.Bridge)
+	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
@@ -299,7 +299,7 @@ func (r *Runner) StopAdopted(ctx context.Context, job *jobspec.Job, rec *store.A
 	if g := groupNamed(job, rec.Group); g != nil {
 		a.group = g
 	}
-	a.net = planNetwork(a.group.Network, r.o.Bridge)
+	a.net = planNetwork(a.group.Network, r.o.Bridge, r.o.HostIP)
 	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", rec.Group)
 	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
 	if a.alloc.TimingsMS == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"strconv"
 	"strings"
 
@@ -60,12 +61,16 @@ type netPlan struct {
 	// allocIP is the allocation's address: the namespace's first IPv4
 	// address, or hostIP without a namespace.
 	allocIP string
+	// hostIP is the host address the ports are advertised on
+	// (Options.HostIP; a re-adopted allocation's recorded one).
+	hostIP string
 }
 
 // planNetwork resolves a group's network block; bridge is the runner's
-// bridge network (with its defaults).
-func planNetwork(n jobspec.Network, bridge BridgeConfig) netPlan {
-	p := netPlan{mode: n.Mode, bridge: bridge, spec: n.Ports, dns: n.DNS, cniArgs: n.CNIArgs}
+// bridge network (with its defaults), hostIP the host address it
+// advertises.
+func planNetwork(n jobspec.Network, bridge BridgeConfig, hostIP string) netPlan {
+	p := netPlan{mode: n.Mode, bridge: bridge, spec: n.Ports, dns: n.DNS, cniArgs: n.CNIArgs, hostIP: hostIP}
 	switch {
 	case n.Mode == jobspec.NetworkBridge:
 		p.kind, p.network = netBridge, bridge.withDefaults().Network
@@ -132,8 +137,9 @@ func (p *netPlan) confList(ctx context.Context, r *Runner) (*cni.Network, error)
 	return n, nil
 }
 
-// noneNetwork gives `mode = "none"` a namespace with only loopback up, as
-// Nomad does.
+// noneNetwork gives `mode = "none"` a namespace with only loopback up (a
+// task may talk to itself on 127.0.0.1, as in bridge and cni mode; Nomad
+// 1.6.5 leaves lo down: node/parity's network case).
 func noneNetwork() (*cni.Network, error) {
 	return cni.ParseNetwork([]byte(`{"cniVersion":"1.1.0","name":"`+noneNetworkName+`","plugins":[{"type":"loopback"}]}`), "berth none network")
 }
@@ -199,7 +205,7 @@ func (p *netPlan) hostOnly() (*store.NetworkStatus, error) {
 	if err := p.pickPorts(); err != nil {
 		return ns, err
 	}
-	p.allocIP = hostIP
+	p.allocIP = p.hostIP
 	return ns, nil
 }
 
@@ -207,7 +213,7 @@ func (p *netPlan) hostOnly() (*store.NetworkStatus, error) {
 func (p *netPlan) recordPorts() []store.PortMapping {
 	var out []store.PortMapping
 	for _, pp := range p.ports {
-		out = append(out, store.PortMapping{Label: pp.Label, HostIP: hostIP, HostPort: pp.HostPort, To: pp.ContainerPort})
+		out = append(out, store.PortMapping{Label: pp.Label, HostIP: p.hostIP, HostPort: pp.HostPort, To: pp.ContainerPort})
 	}
 	return out
 }
@@ -218,34 +224,49 @@ func (p *netPlan) restore(n *store.NetworkStatus) {
 	p.ports = nil
 	for _, pm := range n.Ports {
 		p.ports = append(p.ports, portPlan{Label: pm.Label, HostPort: pm.HostPort, ContainerPort: pm.To})
+		if pm.HostIP != "" {
+			// What its tasks were given, whatever this runner advertises.
+			p.hostIP = pm.HostIP
+		}
 	}
-	p.allocIP = hostIP
+	p.allocIP = p.hostIP
 	if len(n.IPv4) > 0 {
 		p.allocIP, _, _ = strings.Cut(n.IPv4[0], "/")
 	}
 }
 
-// portVars adds the NOMAD_* port and address variables of every port.
+// portVars adds the NOMAD_* port and address variables of every port, one
+// rule each, as Nomad 1.6.5 sets them (measured by node/parity's network
+// case) in every network mode:
+//   - NOMAD_IP, NOMAD_ADDR and NOMAD_HOST_*: where the port is published,
+//     the host address and the host port (also in cni and bridge mode,
+//     where the task listens on another port in its own namespace);
+//   - NOMAD_PORT and NOMAD_ALLOC_PORT: the port the task listens on, `to`
+//     (the host port without one, and always on the host network, where
+//     nothing maps it: Nomad gives `to` there too, which no one publishes);
+//   - NOMAD_ALLOC_IP and NOMAD_ALLOC_ADDR: the allocation's address (the
+//     host's without a namespace) and that port. Nomad 1.6.5 documents
+//     them but sets neither for its raw_exec and exec tasks.
 func (p *netPlan) portVars(vars map[string]string) {
-	ip := p.allocIP
 	for _, pp := range p.ports {
 		l := pp.Label
-		vars["NOMAD_IP_"+l] = ip
-		vars["NOMAD_ALLOC_IP_"+l] = ip
+		host := net.JoinHostPort(p.hostIP, strconv.Itoa(pp.HostPort))
+		vars["NOMAD_IP_"+l] = p.hostIP
 		vars["NOMAD_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
+		vars["NOMAD_ADDR_"+l] = host
+		vars["NOMAD_HOST_IP_"+l] = p.hostIP
 		vars["NOMAD_HOST_PORT_"+l] = strconv.Itoa(pp.HostPort)
-		vars["NOMAD_HOST_IP_"+l] = hostIP
-		vars["NOMAD_ADDR_"+l] = ip + ":" + strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_ALLOC_ADDR_"+l] = ip + ":" + strconv.Itoa(pp.ContainerPort)
-		vars["NOMAD_HOST_ADDR_"+l] = hostIP + ":" + strconv.Itoa(pp.HostPort)
+		vars["NOMAD_HOST_ADDR_"+l] = host
+		vars["NOMAD_ALLOC_IP_"+l] = p.allocIP
+		vars["NOMAD_ALLOC_PORT_"+l] = strconv.Itoa(pp.ContainerPort)
+		vars["NOMAD_ALLOC_ADDR_"+l] = net.JoinHostPort(p.allocIP, strconv.Itoa(pp.ContainerPort))
 	}
 }
 
 // serviceNet is what the network gives services and checks; netnsPath is
 // the namespace the allocation's record has ("" for none).
 func (p *netPlan) serviceNet(netnsPath string) service.AllocNet {
-	n := service.AllocNet{Mode: p.mode, HostIP: hostIP}
+	n := service.AllocNet{Mode: p.mode, HostIP: p.hostIP}
 	if netnsPath != "" {
 		n.NetnsPath, n.AllocIP = netnsPath, p.allocIP
 	}

@@ -15,6 +15,11 @@ import (
 	"github.com/berth/berth/store"
 )
 
+// testHostIP is the host address the plans advertise here (Options.HostIP):
+// a documentation address, never dialled, so that nothing passes by
+// falling back to DefaultHostIP.
+const testHostIP = "192.0.2.7"
+
 func TestPlanNetwork(t *testing.T) {
 	bridge := BridgeConfig{Network: "br-test"}
 	tests := []struct {
@@ -33,7 +38,7 @@ func TestPlanNetwork(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			p := planNetwork(jobspec.Network{Mode: tc.mode}, bridge)
+			p := planNetwork(jobspec.Network{Mode: tc.mode}, bridge, testHostIP)
 			if p.kind != tc.kind || p.network != tc.network || p.namespaced() != tc.namespaced {
 				t.Errorf("plan = kind %d network %q namespaced %v, want kind %d network %q namespaced %v",
 					p.kind, p.network, p.namespaced(), tc.kind, tc.network, tc.namespaced)
@@ -43,7 +48,7 @@ func TestPlanNetwork(t *testing.T) {
 			}
 		})
 	}
-	if p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, BridgeConfig{}); p.network != DefaultBridge().Network {
+	if p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, BridgeConfig{}, testHostIP); p.network != DefaultBridge().Network {
 		t.Errorf("bridge with no name attaches to %q, want the default %q", p.network, DefaultBridge().Network)
 	}
 }
@@ -66,7 +71,7 @@ func TestNetPlanPorts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.mode, func(t *testing.T) {
-			p := planNetwork(jobspec.Network{Mode: tc.mode, Ports: spec}, DefaultBridge())
+			p := planNetwork(jobspec.Network{Mode: tc.mode, Ports: spec}, DefaultBridge(), testHostIP)
 			if err := p.pickPorts(); err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +95,7 @@ func TestNetPlanPorts(t *testing.T) {
 }
 
 func TestNetPlanAddresses(t *testing.T) {
-	p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge, DNS: &jobspec.DNS{Servers: []string{"10.199.46.53"}}}, DefaultBridge())
+	p := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge, DNS: &jobspec.DNS{Servers: []string{"10.199.46.53"}}}, DefaultBridge(), testHostIP)
 	p.ports = []portPlan{{Label: "http", HostPort: 8080, ContainerPort: 80}}
 	st := &attach.Status{Network: "berth", NetnsPath: "/run/netns/x"}
 	st.IPv4 = []string{"10.199.46.2/24"}
@@ -101,10 +106,10 @@ func TestNetPlanAddresses(t *testing.T) {
 	vars := map[string]string{}
 	p.portVars(vars)
 	want := map[string]string{
-		"NOMAD_IP_http": "10.199.46.2", "NOMAD_ALLOC_IP_http": "10.199.46.2",
+		"NOMAD_IP_http": testHostIP, "NOMAD_ALLOC_IP_http": "10.199.46.2",
 		"NOMAD_PORT_http": "80", "NOMAD_ALLOC_PORT_http": "80", "NOMAD_HOST_PORT_http": "8080",
-		"NOMAD_HOST_IP_http": hostIP, "NOMAD_ADDR_http": "10.199.46.2:80", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
-		"NOMAD_HOST_ADDR_http": hostIP + ":8080",
+		"NOMAD_HOST_IP_http": testHostIP, "NOMAD_ADDR_http": testHostIP + ":8080", "NOMAD_ALLOC_ADDR_http": "10.199.46.2:80",
+		"NOMAD_HOST_ADDR_http": testHostIP + ":8080",
 	}
 	for k, v := range want {
 		if vars[k] != v {
@@ -118,15 +123,24 @@ func TestNetPlanAddresses(t *testing.T) {
 	if sn.AllocIP != "10.199.46.2" || sn.NetnsPath != "/run/netns/x" || len(sn.Ports) != 1 || sn.Mode != jobspec.NetworkBridge {
 		t.Errorf("serviceNet = %+v", sn)
 	}
-
-	// Re-adopted: the record's ports and address, not new ones.
-	var r netPlan
-	r.restore(&store.NetworkStatus{Ports: p.recordPorts(), IPv4: []string{"10.199.46.2/24"}})
-	if r.allocIP != "10.199.46.2" || len(r.ports) != 1 || r.ports[0] != p.ports[0] {
-		t.Errorf("restored = %+v, want %+v at 10.199.46.2", r.ports, p.ports)
+	// address_mode "host" services and the record: the advertised address.
+	if sn.HostIP != testHostIP {
+		t.Errorf("serviceNet's host address = %q, want %q", sn.HostIP, testHostIP)
 	}
+	if rp := p.recordPorts(); len(rp) != 1 || rp[0].HostIP != testHostIP {
+		t.Errorf("recorded ports = %+v, want on %s", rp, testHostIP)
+	}
+
+	// Re-adopted: the record's ports and addresses, not new ones, also
+	// when this runner advertises another host address.
+	r := planNetwork(jobspec.Network{Mode: jobspec.NetworkBridge}, DefaultBridge(), DefaultHostIP)
+	r.restore(&store.NetworkStatus{Ports: p.recordPorts(), IPv4: []string{"10.199.46.2/24"}})
+	if r.allocIP != "10.199.46.2" || len(r.ports) != 1 || r.ports[0] != p.ports[0] || r.hostIP != testHostIP {
+		t.Errorf("restored = %+v at %s, host %s, want %+v at 10.199.46.2, host %s", r.ports, r.allocIP, r.hostIP, p.ports, testHostIP)
+	}
+	r = planNetwork(jobspec.Network{}, DefaultBridge(), testHostIP)
 	r.restore(&store.NetworkStatus{})
-	if r.allocIP != hostIP || r.ports != nil {
+	if r.allocIP != testHostIP || r.ports != nil {
 		t.Errorf("restored from a host record = %+v at %s", r.ports, r.allocIP)
 	}
 }
@@ -211,5 +225,84 @@ func TestNetworkModeReadOnce(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d files: the packages were not found", checked)
+	}
+}
+
+// portVarCases are a group's ports in each network mode, planned as for
+// an allocation (a namespace's address 10.199.194.2 from attach).
+func portVarCases(t *testing.T) map[string]netPlan {
+	t.Helper()
+	spec := []jobspec.Port{
+		{Label: "stat", Static: 19401},
+		{Label: "statto", Static: 19402, To: 19403},
+		{Label: "dyn"},
+		{Label: "dynto", To: 19404},
+	}
+	out := map[string]netPlan{}
+	for _, mode := range []string{"cni/mynet", jobspec.NetworkBridge, jobspec.NetworkHost} {
+		p := planNetwork(jobspec.Network{Mode: mode, Ports: spec}, DefaultBridge(), testHostIP)
+		if p.namespaced() {
+			if err := p.pickPorts(); err != nil {
+				t.Fatal(err)
+			}
+			st := &attach.Status{Network: p.network, NetnsPath: "/run/netns/x"}
+			st.IPv4 = []string{"10.199.194.2/24"}
+			p.attached(st)
+		} else if _, err := p.hostOnly(); err != nil {
+			t.Fatal(err)
+		}
+		out[mode] = p
+	}
+	return out
+}
+
+// TestPortVarIP: NOMAD_IP_<label> is the host address the port is
+// published on in every mode, as in Nomad 1.6.5 (not the namespace's).
+func TestPortVarIP(t *testing.T) {
+	for mode, p := range portVarCases(t) {
+		vars := map[string]string{}
+		p.portVars(vars)
+		for _, pp := range p.ports {
+			if got := vars["NOMAD_IP_"+pp.Label]; got != testHostIP {
+				t.Errorf("%s: NOMAD_IP_%s = %q, want the host's %q", mode, pp.Label, got, testHostIP)
+			}
+			if got := vars["NOMAD_ALLOC_IP_"+pp.Label]; got != p.allocIP {
+				t.Errorf("%s: NOMAD_ALLOC_IP_%s = %q, want the allocation's %q", mode, pp.Label, got, p.allocIP)
+			}
+		}
+	}
+}
+
+// TestPortVarAddr: NOMAD_ADDR_<label> is the host address and the host
+// port (static or dynamic, whatever `to` is), as NOMAD_HOST_ADDR, in
+// every mode, as in Nomad 1.6.5; NOMAD_PORT_<label> stays the port the
+// task listens on (`to` in a namespace).
+func TestPortVarAddr(t *testing.T) {
+	for mode, p := range portVarCases(t) {
+		vars := map[string]string{}
+		p.portVars(vars)
+		for _, pp := range p.ports {
+			l := pp.Label
+			want := testHostIP + ":" + strconv.Itoa(pp.HostPort)
+			if got := vars["NOMAD_ADDR_"+l]; got != want {
+				t.Errorf("%s: NOMAD_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+			if got := vars["NOMAD_HOST_ADDR_"+l]; got != want {
+				t.Errorf("%s: NOMAD_HOST_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+			listen := pp.HostPort
+			if p.namespaced() && (l == "statto" || l == "dynto") {
+				listen = 19403
+				if l == "dynto" {
+					listen = 19404
+				}
+			}
+			if got := vars["NOMAD_PORT_"+l]; got != strconv.Itoa(listen) {
+				t.Errorf("%s: NOMAD_PORT_%s = %q, want %d", mode, l, got, listen)
+			}
+			if got, want := vars["NOMAD_ALLOC_ADDR_"+l], p.allocIP+":"+strconv.Itoa(listen); got != want {
+				t.Errorf("%s: NOMAD_ALLOC_ADDR_%s = %q, want %q", mode, l, got, want)
+			}
+		}
 	}
 }

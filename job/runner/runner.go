@@ -78,6 +78,13 @@ type Options struct {
 	// HostVolumes are the node's host volumes by name, which a group's
 	// `volume { type = "host" source = "<name>" }` mounts.
 	HostVolumes map[string]HostVolume
+	// HostIP is the host address the node advertises (the node's
+	// client.network_interface): NOMAD_IP_<label>, NOMAD_ADDR_<label>,
+	// NOMAD_HOST_*, services with address_mode "host", the recorded port
+	// mappings and the address of an allocation on the host network.
+	// portmap publishes the ports on every host address. Default:
+	// DefaultHostIP.
+	HostIP string
 }
 
 // Runner runs allocations.
@@ -172,6 +179,9 @@ func New(o Options) *Runner {
 		o.Logger = slog.Default()
 	}
 	o.Bridge = o.Bridge.withDefaults()
+	if o.HostIP == "" {
+		o.HostIP = DefaultHostIP
+	}
 	r := &Runner{o: o, log: o.Logger}
 	r.detached, r.detach = context.WithCancel(context.Background())
 	if o.Capacity != nil {
@@ -194,10 +204,10 @@ func NewAllocID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// hostIP is the host address the group's ports are published on: portmap
-// maps them on every host address, and loopback is the one a task and the
-// operator can always reach (berth runs on one node).
-const hostIP = "127.0.0.1"
+// DefaultHostIP is the host address without Options.HostIP: loopback,
+// which the host's own processes can always reach (a task in a namespace
+// cannot: its loopback is its own).
+const DefaultHostIP = "127.0.0.1"
 
 // allocRun is one allocation in flight.
 type allocRun struct {
@@ -289,7 +299,7 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{}), reschedule: reschedule}
-	a.net = planNetwork(group.Network, r.o.Bridge)
+	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
 	r.register(a, id)
 	defer r.unregister(a, id)
 	defer func() {

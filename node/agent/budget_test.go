@@ -37,6 +37,7 @@ func startPlanAgent(t *testing.T) (*Agent, *api.Client) {
 	cfg.DrainOnShutdown = true
 	cfg.Bridge = &node.Bridge{Network: "bteb-br-" + testenv.RandSuffix(6), Iface: "bteb" + testenv.RandSuffix(6), Subnet: "10.199.75.0/24"}
 	cfg.API = &APIConfig{Socket: filepath.Join(dir, "b.sock")}
+	cfg.Client.NetworkInterface = "lo"
 	e := &testEnv{cfg: cfg, dir: dir}
 	return e.startAgent(t)
 }

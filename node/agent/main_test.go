@@ -76,6 +76,9 @@ func newTestEnv(t *testing.T, subnet string) *testEnv {
 	cfg.LogLevel = "debug"
 	cfg.Bridge = &node.Bridge{Network: "btag-br-" + testenv.RandSuffix(6), Iface: "btag" + testenv.RandSuffix(6), Subnet: "10.199.89.0/24"}
 	cfg.API = &APIConfig{Socket: filepath.Join(dir, "b.sock")}
+	// Tests dial advertised addresses: loopback only, never the host's
+	// default-route address.
+	cfg.Client.NetworkInterface = "lo"
 	return &testEnv{cfg: cfg, net: n, dir: dir}
 }
 

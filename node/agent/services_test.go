@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -131,4 +132,61 @@ func countEvents(a *api.Allocation, typ string) int {
 		}
 	}
 	return n
+}
+
+const advertisedJob = `job "btsvc-adv" {
+  type = "service"
+  group "web" {
+    network {
+      mode = "cni/private"
+      port "http" {
+        to = 8080
+      }
+    }
+    service {
+      name         = "btsvc-adv"
+      port         = "http"
+      provider     = "nomad"
+      address_mode = "host"
+    }
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo IP=$NOMAD_IP_http ADDR=$NOMAD_ADDR_http ATTR=${attr.unique.network.ip-address}; exec sleep 300"]
+      }
+    }
+  }
+}`
+
+// The host address the node advertises (client.network_interface, "lo"
+// in this package's agents) is the allocation's NOMAD_IP_<label> and
+// NOMAD_ADDR_<label>, ${attr.unique.network.ip-address}, the address of
+// an address_mode "host" service and the recorded port mapping's HostIP
+// the API shows. Nothing is dialled.
+func TestSvcAdvertisedHostIP(t *testing.T) {
+	e := newTestEnv(t, "10.199.198.0/24")
+	_, c := e.startAgent(t)
+	_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, advertisedJob)), "adv.hcl")
+	testenv.Must(t, err)
+	a := runningAlloc(t, c, "btsvc-adv")
+	if a.Network == nil || len(a.Network.Ports) != 1 || a.Network.Ports[0].HostIP != "127.0.0.1" {
+		t.Errorf("recorded ports %+v, want http on 127.0.0.1", a.Network)
+	}
+	port := 0
+	if a.Network != nil && len(a.Network.Ports) == 1 {
+		port = a.Network.Ports[0].HostPort
+	}
+	want := fmt.Sprintf("IP=127.0.0.1 ADDR=127.0.0.1:%d ATTR=127.0.0.1", port)
+	waitFor(t, "the task's line", time.Minute, func() (bool, error) {
+		b, err := c.AllocLogs(context.Background(), a.ID, "server", false, 0)
+		return strings.Contains(string(b), want), err
+	})
+	waitFor(t, "service btsvc-adv on the host address", time.Minute, func() (bool, error) {
+		l, err := c.Service(context.Background(), "btsvc-adv")
+		if err != nil || len(l) != 1 {
+			return false, fmt.Errorf("%d instances: %v", len(l), err)
+		}
+		return l[0].Address == "127.0.0.1" && l[0].Port == port, fmt.Errorf("registered at %s:%d", l[0].Address, l[0].Port)
+	})
 }

@@ -46,6 +46,7 @@ func (e *testEnv) writeConfig(t *testing.T) string {
 		"log_level = \"debug\"",
 		"bridge {\n  network = " + q(c.Bridge.Network) + "\n  iface = " + q(c.Bridge.Iface) + "\n  subnet = " + q(c.Bridge.Subnet) + "\n}",
 		"api {\n  socket = " + q(c.API.Socket) + "\n}",
+		"client {\n  network_interface = " + q(c.Client.NetworkInterface) + "\n}",
 	}, "\n") + "\n"
 	path := filepath.Join(e.dir, "agent.hcl")
 	testenv.Must(t, os.WriteFile(path, []byte(src), 0o600))

@@ -61,6 +61,11 @@ type jobCase struct {
 	payload         string   // testdata file, for a dispatch
 	logs            bool     // add what the log readers return (logs_test.go)
 	periodic        bool     // its first launch is read, then the job stopped
+	// vars are the job's -var NAME=VALUE on a system ("nomad", "berth"):
+	// what two runs side by side must not share (host ports, networks).
+	vars func(system string) []string
+	// normalise, when set, rewrites one system's parsed facts further.
+	normalise func(system string, f facts) facts
 }
 
 var cases = []jobCase{
@@ -69,6 +74,7 @@ var cases = []jobCase{
 	{name: "logs", file: "logs.nomad.hcl", job: "parity-logs", logs: true},
 	{name: "caps", file: "caps.nomad.hcl", job: "parity-caps"},
 	{name: "periodic", file: "periodic.nomad.hcl", job: "parity-periodic", periodic: true},
+	{name: "network", file: "network.nomad.hcl", job: "parity-network", vars: networkVars, normalise: normaliseNetwork},
 }
 
 // facts are one task's normalised key=value lines.
@@ -100,10 +106,12 @@ func TestParity(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		berthOut, berthErr = runBerth(t, bin)
+		berthOut, berthErr = runBerth(t, bin, cniNetworks(t, "berth"))
 	}()
 
-	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet})
+	// Both advertise 127.0.0.1 (network_interface "lo"): the test's
+	// traffic stays on loopback, never the host's default-route address.
+	a := nomadtest.Start(t, nomadtest.Options{BridgeSubnet: nomadSubnet, Networks: cniNetworks(t, "nomad"), NetworkInterface: "lo"})
 	// memory_max is honoured only with oversubscription on (off by
 	// default): without it Nomad drops the value and sets no
 	// NOMAD_MEMORY_MAX_LIMIT.
@@ -133,18 +141,27 @@ func TestParity(t *testing.T) {
 }
 
 // runBerth runs every case with `berth run` (one run at a time, each with
-// its own data dir) and reads each task's stdout from its allocation dir
-// as berth's log reader serves it.
-// It runs in its own goroutine: it returns errors, never fails t.
-func runBerth(t *testing.T, bin string) (output, error) {
+// its own data dir, networks the conflists of its CNI config dir) and
+// reads each task's stdout from its allocation dir as berth's log reader
+// serves it. It runs in its own goroutine: it returns errors, never
+// fails t.
+func runBerth(t *testing.T, bin string, networks map[string][]byte) (output, error) {
 	bridge, iface := "btpar-"+testenv.RandSuffix(4), "btpar"+testenv.RandSuffix(4)
 	t.Cleanup(func() { testenv.RemoveNetworkLeftovers(bridge, iface) })
 	out := output{}
 	for _, c := range cases {
-		dataDir := filepath.Join(t.TempDir(), "data")
+		dataDir, cniDir := filepath.Join(t.TempDir(), "data"), t.TempDir()
+		for name, b := range networks {
+			if err := os.WriteFile(filepath.Join(cniDir, name+".conflist"), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
 		args := []string{"run", "--max-runs", "1", "--data-dir", dataDir, "--lock-dir", t.TempDir(),
-			"--cni-config-dir", t.TempDir(), "--cni-path", testenv.ReferencePlugins,
-			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet}
+			"--cni-config-dir", cniDir, "--cni-path", testenv.ReferencePlugins,
+			"--bridge-network", bridge, "--bridge-iface", iface, "--bridge-subnet", berthSubnet, "--client-network-interface", "lo"}
+		for _, v := range c.varsOn("berth") {
+			args = append(args, "-var", v)
+		}
 		for _, m := range c.meta {
 			args = append(args, "-meta", m)
 		}
@@ -173,7 +190,7 @@ func runBerth(t *testing.T, bin string) (output, error) {
 				if err != nil {
 					return nil, fmt.Errorf("case %s: %w", c.name, err)
 				}
-				out[c.name][task] = parse(b, dataDir)
+				out[c.name][task] = c.parse("berth", b, dataDir)
 				if c.logs {
 					if err := berthLogFacts(out[c.name][task], dataDir, al.Name(), task, b); err != nil {
 						return nil, fmt.Errorf("case %s: %w", c.name, err)
@@ -199,7 +216,11 @@ type nomadAlloc struct {
 func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 	jobs := map[string]string{}
 	for _, c := range cases {
-		if _, err := a.Nomad("job", "run", "-detach", filepath.Join("testdata", c.file)); err != nil {
+		args := []string{"job", "run", "-detach"}
+		for _, v := range c.varsOn("nomad") {
+			args = append(args, "-var", v)
+		}
+		if _, err := a.Nomad(append(args, filepath.Join("testdata", c.file))...); err != nil {
 			return nil, err
 		}
 		id := c.job
@@ -258,7 +279,7 @@ func runNomad(t *testing.T, a *nomadtest.Agent) (output, error) {
 				if err != nil {
 					return nil, err
 				}
-				out[c.name][task] = parse([]byte(logs), a.DataDir)
+				out[c.name][task] = c.parse("nomad", []byte(logs), a.DataDir)
 				if c.logs {
 					if err := nomadLogFacts(out[c.name][task], a, al.ID, task, []byte(logs)); err != nil {
 						return nil, err
@@ -292,6 +313,22 @@ func firstLaunch(a *nomadtest.Agent, job string) (string, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func (c jobCase) varsOn(system string) []string {
+	if c.vars == nil {
+		return nil
+	}
+	return c.vars(system)
+}
+
+// parse is parse, then the case's own normalisation.
+func (c jobCase) parse(system string, b []byte, dataDir string) facts {
+	f := parse(b, dataDir)
+	if c.normalise != nil {
+		f = c.normalise(system, f)
+	}
+	return f
 }
 
 func urlPath(id string) string { return strings.ReplaceAll(id, "/", "%2F") }

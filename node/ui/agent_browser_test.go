@@ -112,6 +112,7 @@ func TestStatusPageOfRealAgent(t *testing.T) {
 	cfg.DrainOnShutdown = true // stopped with the test: leave nothing
 	cfg.Bridge = &node.Bridge{Network: "btui-br-" + testenv.RandSuffix(6), Iface: "btui" + testenv.RandSuffix(6), Subnet: bridgeSubnet}
 	cfg.API = &agent.APIConfig{Socket: filepath.Join(dir, "b.sock"), TCPAddress: "127.0.0.1:0", Token: token}
+	cfg.Client.NetworkInterface = "lo" // the page shows ports on 127.0.0.1
 	logPath := filepath.Join(dir, "agent.log")
 	a := startAgent(t, cfg, logPath)
 	c, err := api.NewClient("unix://"+a.SocketPath(), "")

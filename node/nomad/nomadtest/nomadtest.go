@@ -87,6 +87,10 @@ type Options struct {
 	CNIPath string
 	// Logf, when set, gets the agent's output lines (t.Logf is noisy).
 	Logf func(format string, args ...any)
+	// NetworkInterface, when set, is the client's network_interface:
+	// "lo" makes it advertise 127.0.0.1 (tests dial only loopback), not
+	// the default route's address.
+	NetworkInterface string
 }
 
 // Agent is one running Nomad agent.
@@ -135,6 +139,10 @@ func Start(t testing.TB, o Options) *Agent {
 	}
 	port := freePorts(t)
 	a.Addr = fmt.Sprintf("http://127.0.0.1:%d", port)
+	iface := ""
+	if o.NetworkInterface != "" {
+		iface = fmt.Sprintf("  network_interface     = %q\n", o.NetworkInterface)
+	}
 	conf := fmt.Sprintf(`data_dir  = %q
 bind_addr = "127.0.0.1"
 advertise {
@@ -158,7 +166,7 @@ client {
   bridge_network_name   = %q
   bridge_network_subnet = %q
   gc_max_allocs         = 500
-  options = {
+%s  options = {
     "fingerprint.denylist" = %q
   }
 }
@@ -172,7 +180,7 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, a.DataDir, port, port+1, port+2, o.CNIPath, a.CNIDir, o.BridgeName, o.BridgeSubnet, Denylist)
+`, a.DataDir, port, port+1, port+2, o.CNIPath, a.CNIDir, o.BridgeName, o.BridgeSubnet, iface, Denylist)
 	cfgFile := filepath.Join(dir, "nomad.hcl")
 	testenv.Must(t, os.WriteFile(cfgFile, []byte(conf), 0o644))
 	a.cmd = exec.Command(bin, "agent", "-config", cfgFile)
