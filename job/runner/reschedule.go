@@ -222,7 +222,7 @@ func (r *Runner) runRescheduled(ctx context.Context, job *jobspec.Job, group *jo
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
-	a.net = planNetwork(group.Network, r.o.Bridge)
+	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
