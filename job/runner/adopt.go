@@ -109,8 +109,7 @@ func (r *Runner) AdoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
-	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
+	a := r.newAllocRun(job, group, rec.ID, rec.Index, rec, started, cancel, true)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
@@ -118,11 +117,6 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 		opStopped = a.opStopped
 		a.mu.Unlock()
 	}()
-	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", group.Name)
-	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
-	if a.alloc.TimingsMS == nil {
-		a.alloc.TimingsMS = map[string]float64{}
-	}
 	if !sameTasks(a.alloc.Tasks, group.Tasks) {
 		// The job changed under the record: its tasks cannot be matched.
 		return r.Abandon(ctx, job, rec, fmt.Sprintf("its job's group %q has other tasks now", group.Name)), false

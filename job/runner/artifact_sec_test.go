@@ -59,8 +59,8 @@ func TestArtifactSecHostPaths(t *testing.T) {
 	cases := []struct {
 		name, meta, source, want string
 	}{
-		{"host file", "/etc/shadow", "${NOMAD_META_src}", `artifact ${NOMAD_META_src} (test.nomad.hcl:23:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
-		{"file URL", "/etc/shadow", "file://${NOMAD_META_src}", `artifact file://${NOMAD_META_src} (test.nomad.hcl:23:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"host file", "/etc/shadow", "${NOMAD_META_src}", `artifact ${NOMAD_META_src} (test.nomad.hcl:27:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
+		{"file URL", "/etc/shadow", "file://${NOMAD_META_src}", `artifact file://${NOMAD_META_src} (test.nomad.hcl:27:7): artifact failed: local source outside the allocation directory: /etc/shadow is not in it`},
 		{"host dir", "/root/", "${NOMAD_META_src}", "outside the allocation directory: /root is not in it"},
 		{"climbing out", "", "${NOMAD_TASK_DIR}/../../../../../../../../../etc/shadow", "outside the allocation directory: /etc/shadow is not in it"},
 		{"alloc dir itself", "", "..", "outside the allocation directory"},
@@ -73,6 +73,10 @@ func TestArtifactSecHostPaths(t *testing.T) {
 				a, _ := runOne(t, e, `job "hostread" {
   type = "batch"
   group "g" {
+    # One allocation per case: its failure is what is checked.
+    reschedule {
+      attempts = 0
+    }
     restart {
       attempts = 0
       mode     = "fail"
@@ -106,7 +110,7 @@ func TestArtifactSecHostPaths(t *testing.T) {
 				if a.Status != store.AllocFailed || !strings.Contains(a.StatusDesc, tc.want) {
 					t.Errorf("allocation %s: %q, want failed with %q", a.Status, a.StatusDesc, tc.want)
 				}
-				if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download: task \"t\": artifact "+tc.source) {
+				if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download (t): task \"t\": artifact "+tc.source) {
 					t.Errorf("events:\n%s", ev)
 				}
 				if ts := taskState(t, a, "t"); !ts.StartedAt.IsZero() {
@@ -259,6 +263,10 @@ func TestArtifactSecLimits(t *testing.T) {
 			a, _ := runOne(t, e, `job "limits" {
   type = "batch"
   group "g" {
+    # One allocation per case: its failure is what is checked.
+    reschedule {
+      attempts = 0
+    }
     task "t" {
       driver = "raw_exec"
       artifact {
@@ -273,7 +281,7 @@ func TestArtifactSecLimits(t *testing.T) {
 			if a.Status != store.AllocFailed || !strings.Contains(a.StatusDesc, tc.want) {
 				t.Errorf("allocation %s: %q, want failed with %q", a.Status, a.StatusDesc, tc.want)
 			}
-			if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download: task \"t\": artifact ") || !strings.Contains(ev, tc.want) {
+			if ev := eventTypes(a); !strings.Contains(ev, "Failed Artifact Download (t): task \"t\": artifact ") || !strings.Contains(ev, tc.want) {
 				t.Errorf("events:\n%s", ev)
 			}
 			if ts := taskState(t, a, "t"); !ts.StartedAt.IsZero() {

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/berth/berth/internal/fault"
@@ -167,6 +166,10 @@ func (a *allocRun) rescheduleLocked(ctx context.Context) *store.Allocation {
 		{Time: now, Type: "Received", Message: "allocation created: reschedules failed allocation " + al.ID},
 		{Time: now, Type: EventRescheduleDelayed, Message: fmt.Sprintf("starts in %s, at %s", delay, at.UTC().Format(time.RFC3339))},
 	}
+	// Each task is received as in a first allocation (runAlloc).
+	for _, t := range next.Tasks {
+		next.Events = append(next.Events, store.Event{Time: now, Type: TaskReceived, Task: t.Name, Message: "Task received by client"})
+	}
 	al.NextAllocation = next.ID
 	a.eventLocked(EventRescheduled, fmt.Sprintf("replaced by allocation %s in %s (reschedule %d)", next.ID, delay, len(next.RescheduleTracker)))
 	return next
@@ -221,8 +224,7 @@ func (a *allocRun) waitReschedule(ctx context.Context) bool {
 func (r *Runner) runRescheduled(ctx context.Context, job *jobspec.Job, group *jobspec.Group, rec *store.Allocation, started func(*store.Allocation)) (_ *store.Allocation, opStopped bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: rec.Index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: true}
-	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
+	a := r.newAllocRun(job, group, rec.ID, rec.Index, rec, started, cancel, true)
 	r.register(a, rec.ID)
 	defer r.unregister(a, rec.ID)
 	defer func() {
@@ -230,11 +232,6 @@ func (r *Runner) runRescheduled(ctx context.Context, job *jobspec.Job, group *jo
 		opStopped = a.opStopped
 		a.mu.Unlock()
 	}()
-	a.log = r.log.With("alloc_id", rec.ID, "job", job.ID, "group", group.Name)
-	a.dir = filepath.Join(r.o.AllocDir, rec.ID)
-	if a.alloc.TimingsMS == nil {
-		a.alloc.TimingsMS = map[string]float64{}
-	}
 	a.log.Info("rescheduling a failed allocation", "previous_alloc_id", rec.PreviousAllocation, "at", rec.RescheduleAt)
 	return a.admitAndRun(ctx, time.Now()), false
 }

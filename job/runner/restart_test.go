@@ -42,6 +42,9 @@ func TestTaskEventsRestartFail(t *testing.T) {
 	a, _ := runOne(t, e, `job "evfail" {
   type = "batch"
   group "g" {
+    reschedule {
+      attempts = 0
+    }
     restart {
       attempts = 1
       interval = "1m"

@@ -298,8 +298,7 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	now := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := &allocRun{r: r, job: job, group: group, index: index, started: started, cancel: cancel, done: make(chan struct{}), reschedule: reschedule}
-	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
+	a := r.newAllocRun(job, group, id, index, nil, started, cancel, reschedule)
 	r.register(a, id)
 	defer r.unregister(a, id)
 	defer func() {
@@ -307,8 +306,6 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		opStopped = a.opStopped
 		a.mu.Unlock()
 	}()
-	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
-	a.dir = filepath.Join(r.o.AllocDir, id)
 	a.alloc = &store.Allocation{
 		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
 		ParentJobID: periodicParent(job),
@@ -336,6 +333,20 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 		return a.alloc, false
 	}
 	return a.admitAndRun(ctx, now), false
+}
+
+// newAllocRun is the run of allocation id, the group's index-th: its
+// network plan, logger and directory. rec is its record when it has one
+// (adopted, rescheduled); runAlloc makes a new allocation's.
+func (r *Runner) newAllocRun(job *jobspec.Job, group *jobspec.Group, id string, index int, rec *store.Allocation, started func(*store.Allocation), cancel context.CancelFunc, reschedule bool) *allocRun {
+	a := &allocRun{r: r, job: job, group: group, index: index, started: started, alloc: rec, cancel: cancel, done: make(chan struct{}), reschedule: reschedule}
+	a.net = planNetwork(group.Network, r.o.Bridge, r.o.HostIP)
+	a.log = r.log.With("alloc_id", id, "job", job.ID, "group", group.Name)
+	a.dir = filepath.Join(r.o.AllocDir, id)
+	if rec != nil && rec.TimingsMS == nil {
+		rec.TimingsMS = map[string]float64{}
+	}
+	return a
 }
 
 // periodicParent is the periodic job a launch (jobspec.Job.PeriodicChild)

@@ -280,7 +280,7 @@ func TestSvcDeregisteredBeforeShutdownDelay(t *testing.T) {
 		"Services Deregistered: allocation stopping: svcdelay-g-grp",
 		"Waiting Shutdown Delay: group g",
 		"Services Deregistered: task t stopping: svcdelay-g-t",
-		"Waiting Shutdown Delay: task t",
+		"Waiting Shutdown Delay (t): Waiting 1s before killing (shutdown_delay)",
 	}
 	last := -1
 	for _, o := range order {

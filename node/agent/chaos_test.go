@@ -179,10 +179,14 @@ func TestChaosRandom(t *testing.T) {
 	testenv.Must(t, os.Mkdir(runsDir, 0o755))
 	runs := filepath.Join(runsDir, "runs")
 	cfgPath := e.writeConfig(t)
-	f, err := os.OpenFile(cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	// The host volume goes into the one client block writeConfig wrote.
+	cfg, err := os.ReadFile(cfgPath)
 	testenv.Must(t, err)
-	_, err = fmt.Fprintf(f, "client {\n  host_volume \"bcr-runs\" {\n    path = %q\n  }\n}\n", runsDir)
-	testenv.Must(t, errors.Join(err, f.Close()))
+	withVol := strings.Replace(string(cfg), "client {\n", fmt.Sprintf("client {\n  host_volume \"bcr-runs\" {\n    path = %q\n  }\n", runsDir), 1)
+	if withVol == string(cfg) {
+		t.Fatalf("no client block in %s:\n%s", cfgPath, cfg)
+	}
+	testenv.Must(t, os.WriteFile(cfgPath, []byte(withVol), 0o600))
 	p := e.startBinary(t, cfgPath, c)
 	for _, src := range []string{randomServiceJob, randomSeedJob} {
 		_, err := c.SubmitJob(context.Background(), []byte(e.jobSource(t, src)), "job.hcl")

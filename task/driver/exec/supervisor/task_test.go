@@ -389,7 +389,7 @@ func TestSupTaskMounts(t *testing.T) {
 	}
 	checkFDs(t, "the task", r.FDs)
 	checkMounts(t, r.Mounts)
-	wantDev := append(slices.Clone(devices), "fd", "stdin", "stdout", "stderr", "shm")
+	wantDev := append(slices.Clone(devices), "fd", "stdin", "stdout", "stderr", "shm", "pts", "ptmx", "mqueue")
 	slices.Sort(wantDev)
 	if !slices.Equal(r.Dev, wantDev) {
 		t.Errorf("/dev holds %v, want %v", r.Dev, wantDev)
