@@ -110,13 +110,8 @@ func (r *Runner) adoptAlloc(ctx context.Context, job *jobspec.Job, group *jobspe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := r.newAllocRun(job, group, rec.ID, rec.Index, rec, started, cancel, true)
-	r.register(a, rec.ID)
-	defer r.unregister(a, rec.ID)
-	defer func() {
-		a.mu.Lock()
-		opStopped = a.opStopped
-		a.mu.Unlock()
-	}()
+	untrack := r.track(a, rec.ID)
+	defer func() { opStopped = untrack() }()
 	if !sameTasks(a.alloc.Tasks, group.Tasks) {
 		// The job changed under the record: its tasks cannot be matched.
 		return r.Abandon(ctx, job, rec, fmt.Sprintf("its job's group %q has other tasks now", group.Name)), false

@@ -40,6 +40,20 @@ func (r *Runner) register(a *allocRun, id string) {
 	r.live[id] = a
 }
 
+// track registers a as allocation id's live run (StopAlloc and the like
+// find it there) until the returned func, which unregisters it and
+// reports whether the operator stopped it (StopAlloc).
+func (r *Runner) track(a *allocRun, id string) (untrack func() (opStopped bool)) {
+	r.register(a, id)
+	return func() bool {
+		a.mu.Lock()
+		stopped := a.opStopped
+		a.mu.Unlock()
+		r.unregister(a, id)
+		return stopped
+	}
+}
+
 func (r *Runner) unregister(a *allocRun, id string) {
 	r.liveMu.Lock()
 	defer r.liveMu.Unlock()

@@ -225,13 +225,8 @@ func (r *Runner) runRescheduled(ctx context.Context, job *jobspec.Job, group *jo
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := r.newAllocRun(job, group, rec.ID, rec.Index, rec, started, cancel, true)
-	r.register(a, rec.ID)
-	defer r.unregister(a, rec.ID)
-	defer func() {
-		a.mu.Lock()
-		opStopped = a.opStopped
-		a.mu.Unlock()
-	}()
+	untrack := r.track(a, rec.ID)
+	defer func() { opStopped = untrack() }()
 	a.log.Info("rescheduling a failed allocation", "previous_alloc_id", rec.PreviousAllocation, "at", rec.RescheduleAt)
 	return a.admitAndRun(ctx, time.Now()), false
 }

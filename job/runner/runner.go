@@ -299,13 +299,8 @@ func (r *Runner) runAlloc(ctx context.Context, job *jobspec.Job, group *jobspec.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a := r.newAllocRun(job, group, id, index, nil, started, cancel, reschedule)
-	r.register(a, id)
-	defer r.unregister(a, id)
-	defer func() {
-		a.mu.Lock()
-		opStopped = a.opStopped
-		a.mu.Unlock()
-	}()
+	untrack := r.track(a, id)
+	defer func() { opStopped = untrack() }()
 	a.alloc = &store.Allocation{
 		ID: id, Namespace: job.Namespace, JobID: job.ID, Group: group.Name,
 		ParentJobID: periodicParent(job),

@@ -124,20 +124,7 @@ func TestParity(t *testing.T) {
 		t.Fatalf("berth: %v\nnomad: %v", berthErr, nomadErr)
 	}
 
-	res := compare(nomadOut, berthOut, accepted)
-	for _, d := range res.unexpected {
-		t.Errorf("unexpected difference (fix berth, or list it with its reason in testdata/expected-differences.txt):\n\t%s\tnomad=%q berth=%q", d.fact, d.nomad, d.berth)
-	}
-	for _, p := range res.stale {
-		t.Errorf("testdata/expected-differences.txt: %q matches no difference any more: remove its line", p)
-	}
-	t.Logf("parity: %d of %d facts agree (%.1f %%); %d accepted differences, %d unexpected; %s",
-		res.equal, res.total, 100*float64(res.equal)/float64(max(res.total, 1)), len(res.accepted), len(res.unexpected), time.Since(start).Round(time.Second))
-	if testing.Verbose() {
-		for _, d := range res.accepted {
-			t.Logf("accepted: %s nomad=%q berth=%q", d.fact, d.nomad, d.berth)
-		}
-	}
+	compare(nomadOut, berthOut, accepted).report(t, "parity", start)
 }
 
 // runBerth runs every case with `berth run` (one run at a time, each with
@@ -416,6 +403,26 @@ type result struct {
 }
 
 const absent = "<absent>"
+
+// report fails t on each unexpected difference and each stale line of
+// expected-differences.txt, and logs the agreement (the accepted
+// differences too, with -v).
+func (r result) report(t *testing.T, what string, start time.Time) {
+	t.Helper()
+	for _, d := range r.unexpected {
+		t.Errorf("unexpected difference (fix berth, or list it with its reason in testdata/expected-differences.txt):\n\t%s\tnomad=%q berth=%q", d.fact, d.nomad, d.berth)
+	}
+	for _, p := range r.stale {
+		t.Errorf("testdata/expected-differences.txt: %q matches no difference any more: remove its line", p)
+	}
+	t.Logf("%s: %d of %d facts agree (%.1f %%); %d accepted differences, %d unexpected; %s", what,
+		r.equal, r.total, 100*float64(r.equal)/float64(max(r.total, 1)), len(r.accepted), len(r.unexpected), time.Since(start).Round(time.Second))
+	if testing.Verbose() {
+		for _, d := range r.accepted {
+			t.Logf("accepted: %s nomad=%q berth=%q", d.fact, d.nomad, d.berth)
+		}
+	}
+}
 
 // compare compares fact by fact: every fact either side has, named
 // <case>/<task>/<key>.

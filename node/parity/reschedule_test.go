@@ -46,6 +46,7 @@ type step struct {
 func TestParityReschedule(t *testing.T) {
 	testenv.RequireRoot(t)
 	nomadtest.Binary(t)
+	start := time.Now()
 	all, err := readExpected("testdata/expected-differences.txt")
 	testenv.Must(t, err)
 	var accepted []expectation
@@ -63,14 +64,7 @@ func TestParityReschedule(t *testing.T) {
 	if len(nomadSteps) < 2 {
 		t.Fatalf("nomad did not reschedule the failed allocation: %+v", nomadSteps)
 	}
-	res := compare(stepFacts(nomadSteps), stepFacts(berthSteps), accepted)
-	for _, d := range res.unexpected {
-		t.Errorf("unexpected difference (fix berth, or list it with its reason in testdata/expected-differences.txt):\n\t%s\tnomad=%q berth=%q", d.fact, d.nomad, d.berth)
-	}
-	for _, p := range res.stale {
-		t.Errorf("testdata/expected-differences.txt: %q matches no difference any more: remove its line", p)
-	}
-	t.Logf("reschedule parity: %d of %d facts agree; %d accepted differences, %d unexpected", res.equal, res.total, len(res.accepted), len(res.unexpected))
+	compare(stepFacts(nomadSteps), stepFacts(berthSteps), accepted).report(t, "reschedule parity", start)
 }
 
 // stepFacts are the sequence's facts, one "task" per allocation.

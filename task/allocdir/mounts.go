@@ -50,14 +50,16 @@ func MountSecrets(ctx context.Context, dir string) error {
 			return nil
 		}
 	}
-	fi, err := os.Lstat(dir)
+	// Mounted through a descriptor of the directory itself: mount(2)
+	// follows a symlink, and a task that can write its task dir (root, or
+	// Nomad's default CAP_DAC_OVERRIDE) could swap secrets/ for one
+	// between a check and the mount, to put a tmpfs over a host path.
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("secrets dir %s is not a directory: %w", dir, err)
 	}
-	if !fi.IsDir() {
-		return fmt.Errorf("secrets dir %s is not a directory", dir)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size="+secretsSize+",mode=0700"); err != nil {
+	defer unix.Close(fd)
+	if err := unix.Mount("tmpfs", fmt.Sprintf("/proc/self/fd/%d", fd), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size="+secretsSize+",mode=0700"); err != nil {
 		return fmt.Errorf("mount a tmpfs on secrets dir %s: %w", dir, err)
 	}
 	return nil

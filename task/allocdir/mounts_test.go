@@ -102,3 +102,29 @@ func TestSecretsMount(t *testing.T) {
 		})
 	}
 }
+
+// A secrets/ a task replaced with a symlink (to a host directory) is
+// refused: the tmpfs never lands on the link's target.
+func TestSecretsMountRefusesLink(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	target := filepath.Join(root, "host-dir")
+	task := filepath.Join(root, id(0), "t")
+	for _, d := range []string{target, task} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = Unmount(ctx, root) })
+	secrets := filepath.Join(task, "secrets")
+	if err := os.Symlink(target, secrets); err != nil {
+		t.Fatal(err)
+	}
+	if err := MountSecrets(ctx, secrets); err == nil {
+		t.Fatal("MountSecrets mounted through a symlink")
+	}
+	if isTmpfs(t, target) {
+		t.Fatal("the symlink's target got the tmpfs")
+	}
+}
