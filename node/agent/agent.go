@@ -67,8 +67,9 @@ type Agent struct {
 	runner   *runner.Runner
 	met      *metrics.Metrics
 	started  time.Time
-	unixAddr string
-	tcpAddr  string
+	unixAddr  string
+	tcpAddr   string
+	nomadAddr string
 	// jobsCtx is the parent of every job's context: it carries the
 	// values of Run's ctx but not its cancellation, since ending Run's
 	// ctx starts the drain, which cancels the jobs one by one.
@@ -137,6 +138,10 @@ func (a *Agent) isReconciling() bool {
 
 // SocketPath is the API's unix socket; valid once Ready is closed.
 func (a *Agent) SocketPath() string { return a.unixAddr }
+
+// NomadAddr is the Nomad API's address ("" without one); valid once
+// Ready is closed.
+func (a *Agent) NomadAddr() string { return a.nomadAddr }
 
 // TCPAddr is the API's TCP address ("" without one); valid once Ready is
 // closed (it resolves a ":0" port).
@@ -223,13 +228,17 @@ type apiListeners struct {
 	owner *store.OwnerLock
 	unix  *unixSocket
 	tcp   net.Listener // nil without api.tcp_address
+	nomad net.Listener // nil without api.nomad_address
 }
 
 // close releases them, the ownership last.
 func (ls *apiListeners) close() {
+	// An error closing a listener leaves nothing to undo.
 	if ls.tcp != nil {
-		// An error closing a listener leaves nothing to undo.
 		_ = ls.tcp.Close()
+	}
+	if ls.nomad != nil {
+		_ = ls.nomad.Close()
 	}
 	if ls.unix != nil {
 		ls.unix.closeAndRemove()
@@ -264,6 +273,13 @@ func (a *Agent) listen() (*apiListeners, error) {
 		}
 		a.tcpAddr = ls.tcp.Addr().String()
 	}
+	if cfg.API.NomadAddress != "" {
+		if ls.nomad, err = net.Listen("tcp", cfg.API.NomadAddress); err != nil {
+			ls.close()
+			return nil, fmt.Errorf("listen on api.nomad_address %s: %w", cfg.API.NomadAddress, err)
+		}
+		a.nomadAddr = ls.nomad.Addr().String()
+	}
 	return ls, nil
 }
 
@@ -288,7 +304,7 @@ func (a *Agent) openNode(ctx context.Context) (*node.Node, error) {
 // (token-gated, TLS when set). A server's failure is sent on serveErr.
 func (a *Agent) serveAPI(ls *apiListeners) (servers []*http.Server, serveErr <-chan error) {
 	mux := a.routes()
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	us := a.server(mux)
 	servers = append(servers, us)
 	go func() { errs <- serve(us, a.limit(ls.unix), "unix:"+a.cfg.API.Socket) }()
@@ -300,6 +316,15 @@ func (a *Agent) serveAPI(ls *apiListeners) (servers []*http.Server, serveErr <-c
 			l = tls.NewListener(l, a.set.tls)
 		}
 		go func() { errs <- serve(ts, l, "tcp:"+a.tcpAddr) }()
+	}
+	if ls.nomad != nil {
+		ns := a.server(a.nomadHandler())
+		servers = append(servers, ns)
+		l := a.limit(ls.nomad)
+		if a.set.tls != nil {
+			l = tls.NewListener(l, a.set.tls)
+		}
+		go func() { errs <- serve(ns, l, "nomad:"+a.nomadAddr) }()
 	}
 	return servers, errs
 }
@@ -522,6 +547,7 @@ func (a *Agent) printBanner() {
 		{"Version", a.version},
 		{"API socket", "unix://" + a.unixAddr + " (mode 0600)"},
 		{"API TCP", tcp},
+		{"Nomad API", a.nomadAPIBanner()},
 		{"Metrics", "GET /metrics on the API"},
 		{"Status page", page},
 		{"Data dir", cfg.DataDir},

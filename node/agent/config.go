@@ -76,6 +76,9 @@ type APIConfig struct {
 	// TCPAddress, when set, also serves the API on TCP; every request
 	// there needs the bearer token.
 	TCPAddress string `hcl:"tcp_address,optional" alias:"tcp-address" help:"also serve the API on this TCP address (host:port); needs a token"`
+	// NomadAddress, when set, serves Nomad's HTTP API v1 on this TCP
+	// address (package nomadapi), with the TCP API's token and TLS.
+	NomadAddress string `hcl:"nomad_address,optional" alias:"nomad-api" help:"also serve Nomad's HTTP API on this TCP address (host:port, e.g. 127.0.0.1:4646) for the nomad CLI; needs a token, as tcp_address"`
 	// Token has no flag: the command line shows in ps.
 	Token string `hcl:"token,optional" flag:"-"`
 	// TokenFile holds the token (surrounding white space is ignored);
@@ -208,20 +211,12 @@ func (cfg *Config) check() (*settings, error) {
 	if s.readTimeout, err = time.ParseDuration(cfg.API.ReadTimeout); err != nil || s.readTimeout <= 0 {
 		p.Add("api.read_timeout", "%q: use a positive duration such as \"30s\"", cfg.API.ReadTimeout)
 	}
-	if cfg.API.TCPAddress != "" {
-		host, _, err := net.SplitHostPort(cfg.API.TCPAddress)
-		if err != nil {
-			p.Add("api.tcp_address", "%q: use host:port, e.g. 127.0.0.1:4646", cfg.API.TCPAddress)
-		}
+	if cfg.API.TCPAddress != "" || cfg.API.NomadAddress != "" {
 		s.tls = checkTLS(cfg.API.TLS, &p)
-		switch {
-		case err != nil || s.tls != nil || isLoopback(host) || cfg.API.AllowPlaintext:
-		case net.ParseIP(host) == nil && host != "":
-			p.Add("api.tcp_address", "%q is not a loopback address but a host name, and the TCP API has no TLS: without TLS only a literal loopback IP is accepted (127.0.0.1:PORT or [::1]:PORT), since what a name resolves to is not the agent's to check; "+
-				"use one, or set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept clear text)", cfg.API.TCPAddress)
-		default:
-			p.Add("api.tcp_address", "%q is not a loopback address and the TCP API has no TLS: the token, which is root on this node, would cross the network in clear text; "+
-				"set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept that)", cfg.API.TCPAddress)
+		for _, l := range []struct{ field, addr string }{{"api.tcp_address", cfg.API.TCPAddress}, {"api.nomad_address", cfg.API.NomadAddress}} {
+			if l.addr != "" {
+				checkTCPAddress(l.field, l.addr, s.tls != nil || cfg.API.AllowPlaintext, &p)
+			}
 		}
 		s.token = cfg.API.Token
 		tokenErr := false
@@ -236,7 +231,7 @@ func (cfg *Config) check() (*settings, error) {
 		switch {
 		case tokenErr:
 		case s.token == "":
-			p.Addf("api.tcp_address is set but no token is: set api.token or api.token_file (the TCP API is refused without one)")
+			p.Addf("api.tcp_address or api.nomad_address is set but no token is: set api.token or api.token_file (the TCP APIs are refused without one)")
 		case len(s.token) < 16:
 			p.Addf("api token is %d characters long; use at least 16 (e.g. `head -c 24 /dev/urandom | base64`)", len(s.token))
 		}
@@ -266,5 +261,25 @@ func (cfg *Config) summary(tcpAddr string) api.ConfigSummary {
 		MaxConnections:     cfg.API.MaxConnections, ReadTimeout: cfg.API.ReadTimeout,
 		GCInterval: cfg.GCInterval, GCMode: cfg.GCMode, Retention: cfg.Retention, StopTimeout: cfg.StopTimeout,
 		LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat,
+	}
+}
+
+// checkTCPAddress checks a TCP listener's address: host:port, and a
+// literal loopback IP unless the listener has TLS or clear text is
+// allowed (secure).
+func checkTCPAddress(field, addr string, secure bool, p *node.Problems) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		p.Add(field, "%q: use host:port, e.g. 127.0.0.1:4646", addr)
+		return
+	}
+	switch {
+	case secure || isLoopback(host):
+	case net.ParseIP(host) == nil && host != "":
+		p.Add(field, "%q is not a loopback address but a host name, and the TCP API has no TLS: without TLS only a literal loopback IP is accepted (127.0.0.1:PORT or [::1]:PORT), since what a name resolves to is not the agent's to check; "+
+			"use one, or set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept clear text)", addr)
+	default:
+		p.Add(field, "%q is not a loopback address and the TCP API has no TLS: the token, which is root on this node, would cross the network in clear text; "+
+			"set api.tls { cert_file, key_file } (or api.allow_plaintext = true to accept that)", addr)
 	}
 }
