@@ -63,10 +63,10 @@ type Agent struct {
 	reconciled chan struct{}
 
 	// Set by Run before ready is closed, read-only afterwards.
-	node     *node.Node
-	runner   *runner.Runner
-	met      *metrics.Metrics
-	started  time.Time
+	node      *node.Node
+	runner    *runner.Runner
+	met       *metrics.Metrics
+	started   time.Time
 	unixAddr  string
 	tcpAddr   string
 	nomadAddr string

@@ -67,8 +67,8 @@ func (s *Server) handleAgentSelf(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stats := map[string]map[string]string{
-		"client": {"node_id": me.NodeID, "known_servers": me.Addr, "num_allocations": "0"},
-		"nomad":  {"leader": "true", "server": "true", "bootstrap": "true", "known_regions": "1", "leader_addr": me.Addr},
+		"client":  {"node_id": me.NodeID, "known_servers": me.Addr, "num_allocations": "0"},
+		"nomad":   {"leader": "true", "server": "true", "bootstrap": "true", "known_regions": "1", "leader_addr": me.Addr},
 		"runtime": {"version": "berth " + me.Version, "uptime": time.Since(me.StartedAt).Round(time.Second).String()},
 	}
 	for k, v := range me.Stats {
