@@ -46,7 +46,7 @@ func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s not found: scripts/setup.sh installs Debian's prometheus package", name)
+		t.Skipf("%s not found: run scripts/setup.sh", name)
 	}
 	return p
 }
