@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
+	"github.com/berth/berth/internal/beneath"
 	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/job/jobspec"
 	"github.com/berth/berth/task/artifact"
@@ -232,25 +232,12 @@ func beneathErr(err error) error {
 // makeDestDir makes dir (inside the allocation directory) and gives the
 // directories it made to the user the fetch runs as.
 func (a *allocRun) makeDestDir(dir string, cred driver.Credential) error {
-	var made []string
-	for p := dir; isUnder(a.dir, p) && p != filepath.Clean(a.dir); p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil {
-			break
-		}
-		made = append(made, p)
-	}
-	if err := mkdirAllUnder(a.dir, dir); err != nil {
-		return err
-	}
 	if cred.UID == 0 {
-		return nil
+		return mkdirAllUnder(a.dir, dir, nil)
 	}
-	for _, p := range made {
-		if err := os.Lchown(p, cred.UID, cred.GID); err != nil {
-			return err
-		}
-	}
-	return nil
+	return mkdirAllUnder(a.dir, dir, func(d *beneath.Dir, rel string) error {
+		return d.ChownDir(rel, cred.UID, cred.GID)
+	})
 }
 
 // archiveKind is what options { archive } says (false: none), else what the
@@ -348,28 +335,50 @@ func securePath(root, p string) (string, error) {
 }
 
 // mkdirAllUnder is os.MkdirAll for a directory that must lie inside root,
-// not through a symbolic link.
-func mkdirAllUnder(root, dir string) error {
+// never made through a symbolic link (package beneath); made, if not nil,
+// is called with each directory it made, relative to root.
+func mkdirAllUnder(root, dir string, made func(d *beneath.Dir, rel string) error) error {
 	dir, err := securePath(root, dir)
 	if err != nil {
 		return err
 	}
-	return os.MkdirAll(dir, 0o755)
-}
-
-// writeFileNoFollow writes data to p, which must not be a symbolic link.
-func writeFileNoFollow(p string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	d, err := beneath.Open(root)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	defer d.Close()
+	rel, err := d.Rel(dir)
+	if err != nil {
 		return err
 	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
+	var onMade func(string) error
+	if made != nil {
+		onMade = func(rel string) error { return made(d, rel) }
+	}
+	return d.MkdirAll(rel, 0o755, onMade)
+}
+
+// replaceUnder writes data to p (inside root, its parents made) at once,
+// never through a symbolic link, as a new file renamed over p (package
+// beneath): a task that swaps a directory for a link between the checks
+// and the write, or plants a link or hard link at p, sends nothing
+// elsewhere.
+func replaceUnder(root, p string, data []byte, mode os.FileMode, own beneath.Owner) error {
+	p, err := securePath(root, p)
+	if err != nil {
 		return err
 	}
-	return f.Close()
+	d, err := beneath.Open(root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	rel, err := d.Rel(p)
+	if err != nil {
+		return err
+	}
+	if err := d.MkdirAll(filepath.Dir(rel), 0o755, nil); err != nil {
+		return err
+	}
+	return d.ReplaceFile(rel, data, mode, own)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/berth/berth/internal/beneath"
 	"github.com/berth/berth/job/jobspec"
 	"github.com/berth/berth/task/allocdir"
 	"github.com/berth/berth/task/driver"
@@ -206,14 +207,7 @@ func (a *allocRun) fetchCredential(ctx context.Context, t *jobspec.Task, taskDir
 // writePayload writes the dispatched job's payload to rel (local/<file>)
 // in the task dir; no payload writes an empty file, as Nomad.
 func (a *allocRun) writePayload(taskDir, rel string) error {
-	p, err := securePath(a.dir, filepath.Join(taskDir, rel))
-	if err != nil {
-		return err
-	}
-	if err := mkdirAllUnder(a.dir, filepath.Dir(p)); err != nil {
-		return err
-	}
-	return writeFileNoFollow(p, a.job.Payload, payloadMode)
+	return replaceUnder(a.dir, filepath.Join(taskDir, rel), a.job.Payload, payloadMode, beneath.Keep)
 }
 
 // setupTask completes the driver's task with what the job file says of

@@ -3,8 +3,6 @@ package runner
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/berth/berth/internal/beneath"
 	"github.com/berth/berth/job/jobspec"
 	"github.com/berth/berth/network/netns"
 	"github.com/berth/berth/task/driver"
@@ -243,41 +241,14 @@ func (a *allocRun) writeTemplate(rt *renderedTemplate, b []byte) error {
 	if err != nil {
 		return fmt.Errorf("perms %q: %w", rt.spec.Perms, err)
 	}
-	if err := mkdirAllUnder(a.dir, filepath.Dir(rt.dest)); err != nil {
-		return err
+	own := beneath.Keep
+	if rt.spec.UID != nil {
+		own.UID = *rt.spec.UID
 	}
-	if fi, err := os.Lstat(rt.dest); err == nil && (fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0) {
-		return fmt.Errorf("%s is a directory or a symbolic link", rt.dest)
+	if rt.spec.GID != nil {
+		own.GID = *rt.spec.GID
 	}
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	tmpPath := filepath.Join(filepath.Dir(rt.dest), "."+filepath.Base(rt.dest)+".tmp-"+hex.EncodeToString(suffix[:]))
-	f, err := os.OpenFile(tmpPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, os.FileMode(mode))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmpPath)
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(os.FileMode(mode))
-	}
-	if err == nil && (rt.spec.UID != nil || rt.spec.GID != nil) {
-		uid, gid := -1, -1
-		if rt.spec.UID != nil {
-			uid = *rt.spec.UID
-		}
-		if rt.spec.GID != nil {
-			gid = *rt.spec.GID
-		}
-		err = f.Chown(uid, gid)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmpPath, rt.dest)
+	return replaceUnder(a.dir, rt.dest, b, os.FileMode(mode), own)
 }
 
 // watchTemplates renders tt's service templates again whenever the

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/berth/berth/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +55,7 @@ func ChildMain(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Limits.HTTPReadTimeout)
 	defer cancel()
-	f := &fetcher{spec: spec, dest: &dest{fd: destFD, budget: newBudget(spec.Limits)}, srcDir: srcFD}
+	f := &fetcher{spec: spec, dest: &dest{dir: beneath.FromFD(destFD, "destination"), budget: newBudget(spec.Limits)}, srcDir: srcFD}
 	told := false
 	f.progress = func() {
 		if !told {

@@ -65,7 +65,7 @@ func (f *fetcher) run(ctx context.Context) error {
 		}
 		data = src
 	} else {
-		fd, err := tempFile(f.dest.fd)
+		fd, err := tempFile(f.dest.dir.FD())
 		if err != nil {
 			return errorf("a temporary file in the destination: %v", err)
 		}

@@ -8,13 +8,14 @@ import (
 	"path"
 	"strings"
 
+	"github.com/berth/berth/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
 // dest is the destination directory, handed over open: everything is
 // made beneath it, never through a symbolic link, within the budget.
 type dest struct {
-	fd     int
+	dir    *beneath.Dir
 	budget *budget
 }
 
@@ -52,51 +53,14 @@ func (lw *limitedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-var errSymlink = errors.New("goes through a symbolic link")
-
 // openDir opens rel (a clean relative path, "." for the root) beneath
 // the destination, refusing symbolic links and anything leading out.
-func (d *dest) openDir(rel string) (int, error) {
-	fd, err := unix.Openat2(d.fd, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-		return -1, fmt.Errorf("%s %w", rel, errSymlink)
-	}
-	return fd, err
-}
+func (d *dest) openDir(rel string) (int, error) { return d.dir.OpenDir(rel) }
 
-// mkdirAll makes rel and its parents beneath the destination.
+// mkdirAll makes rel and its parents beneath the destination, each
+// directory made counted against the budget.
 func (d *dest) mkdirAll(rel string) error {
-	if rel == "." || rel == "" {
-		return nil
-	}
-	cur := "."
-	for _, c := range strings.Split(rel, "/") {
-		pfd, err := d.openDir(cur)
-		if err != nil {
-			return err
-		}
-		err = unix.Mkdirat(pfd, c, 0o755)
-		unix.Close(pfd)
-		cur = path.Join(cur, c)
-		switch {
-		case err == nil:
-			if err := d.budget.file(cur); err != nil {
-				return err
-			}
-		case errors.Is(err, unix.EEXIST):
-		default:
-			return fmt.Errorf("mkdir %s: %w", cur, err)
-		}
-	}
-	fd, err := d.openDir(rel)
-	if err != nil {
-		return err
-	}
-	unix.Close(fd)
-	return nil
+	return d.dir.MkdirAll(rel, 0o755, d.budget.file)
 }
 
 // parent makes the parent of rel and opens it.
