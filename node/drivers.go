@@ -20,7 +20,7 @@ import (
 // (supervisors, cgroups) with the data dir's store ID, so that a berth
 // re-attaches and sweeps only its own; the tasks block gives them their
 // settings, and raw_exec is left out when it is disabled.
-func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
+func newDrivers(cfg *Config, log *slog.Logger, secrets []string) *runner.Drivers {
 	t := cfg.Tasks
 	if t == nil {
 		t = DefaultTasks()
@@ -30,6 +30,7 @@ func newDrivers(cfg *Config, log *slog.Logger) *runner.Drivers {
 			Logger:           log,
 			StoreID:          store.IDFor(cfg.DataDir),
 			ChrootEnv:        t.ChrootEnv,
+			Secrets:          secrets,
 			AllowCaps:        t.AllowCaps,
 			AllowHostPIDMode: t.AllowHostPIDMode,
 			AllowHostIPCMode: t.AllowHostIPCMode,

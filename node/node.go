@@ -34,6 +34,10 @@ type Options struct {
 	// Retention is how many finished allocations (records and log
 	// directories) are kept per job; 0 means store.DefaultRetention.
 	Retention int
+	// Secrets are host paths of credentials no exec task may read (the
+	// agent's token and TLS key), beside the data dir, which holds the
+	// store (Nomad Variables among it).
+	Secrets []string
 }
 
 // Node is the object graph of berth on this machine, built from one
@@ -109,7 +113,7 @@ func New(ctx context.Context, cfg Config, o Options) (*Node, error) {
 		CNI: cni.NewClient(cni.Options{
 			PluginPath: cfg.CNIPath, CacheDir: cfg.CNICacheDir, Rules: hostclean.Rules{}, Logger: o.Logger,
 		}),
-		Drivers:        newDrivers(&cfg, o.Logger),
+		Drivers:        newDrivers(&cfg, o.Logger, append([]string{cfg.DataDir}, o.Secrets...)),
 		Attrs:          attrs,
 		HostIP:         hostIP,
 		Capacity:       capa,

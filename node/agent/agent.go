@@ -289,7 +289,7 @@ func (a *Agent) openNode(ctx context.Context) (*node.Node, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.met = metrics.New(reg)
-	n, err := node.New(ctx, a.cfg.Config, node.Options{Logger: a.log, Observer: a.met, Metrics: a.met, Retention: a.cfg.Retention})
+	n, err := node.New(ctx, a.cfg.Config, node.Options{Logger: a.log, Observer: a.met, Metrics: a.met, Retention: a.cfg.Retention, Secrets: a.cfg.secretFiles()})
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	DrainOnShutdown bool `hcl:"drain_on_shutdown,optional" help:"on SIGTERM/SIGINT stop every workload and tear its network down before exiting (default: leave them running for the next agent)"`
 
 	API *APIConfig `hcl:"api,block"`
+	// file is the HCL file LoadConfig read ("" for none): it may hold
+	// the token.
+	file string
 	// Nomad, when present, makes the agent reclaim what Nomad leaves on
 	// this node (see package nomad): a full reconcile at start and every
 	// gc_interval, and each allocation's leftovers seconds after it turns
@@ -143,7 +146,25 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: read %s: %w", ErrInvalidConfig, path, err)
 	}
-	return ParseConfig(src, path)
+	cfg, err := ParseConfig(src, path)
+	cfg.file = path
+	return cfg, err
+}
+
+// secretFiles are the agent's credentials on the host: its config file,
+// token file and TLS key. No exec task reads them, wherever chroot_env
+// binds them (node.Options.Secrets).
+func (cfg *Config) secretFiles() []string {
+	var out []string
+	for _, p := range []string{cfg.file, cfg.API.TokenFile} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	if cfg.API.TLS != nil && cfg.API.TLS.KeyFile != "" {
+		out = append(out, cfg.API.TLS.KeyFile)
+	}
+	return out
 }
 
 // ParseConfig is LoadConfig on text; filename is used in positions.

@@ -137,12 +137,15 @@ func Token(r *http.Request) string {
 	return r.URL.Query().Get("token")
 }
 
+// permissionDenied begins Nomad's 403 body; clients match on it.
+const permissionDenied = "Permission denied"
+
 // RequireToken answers 403 as Nomad does ("Permission denied") to a
 // request without the right token; ok compares in constant time.
 func RequireToken(ok func(string) bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !ok(Token(r)) {
-			writeError(w, http.StatusForbidden, errors.New("Permission denied: set NOMAD_TOKEN (or -token) to the berth agent's API token (api.token / api.token_file)"))
+			writeError(w, http.StatusForbidden, fmt.Errorf("%s: set NOMAD_TOKEN (or -token) to the berth agent's API token (api.token / api.token_file)", permissionDenied))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -107,6 +107,11 @@ type Options struct {
 	// ChrootEnv maps host paths to paths in the task's root (read-only
 	// bind mounts); nil means DefaultChrootEnv.
 	ChrootEnv map[string]string
+	// Secrets are host files and directories no exec task may read, such
+	// as the agent's token and TLS key: where chroot_env binds one into a
+	// task's root, it is masked there (with Nomad's default CAP_DAC_OVERRIDE
+	// a task as nobody reads root's 0600 files).
+	Secrets []string
 	// AllowCaps bounds what cap_add may ask; nil means DefaultAllowCaps.
 	AllowCaps []string
 	// AllowHostPIDMode and AllowHostIPCMode let a task ask for
@@ -131,6 +136,7 @@ type Driver struct {
 	supervisor   string
 	deniedUsers  []string
 	chrootEnv    map[string]string
+	secrets      []string
 	allowCaps    map[int]bool
 	allowHostPID bool
 	allowHostIPC bool
@@ -167,6 +173,7 @@ func newDriver(name string, isolate bool, opts Options) *Driver {
 		supervisor:   opts.SupervisorPath,
 		deniedUsers:  opts.DeniedUsers,
 		chrootEnv:    opts.ChrootEnv,
+		secrets:      opts.Secrets,
 		allowCaps:    map[int]bool{},
 		allowHostPID: opts.AllowHostPIDMode,
 		allowHostIPC: opts.AllowHostIPCMode,

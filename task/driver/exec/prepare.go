@@ -291,6 +291,21 @@ func (d *Driver) rootMounts(allocDir string) []supervisor.Mount {
 	return append(out, supervisor.Mount{Source: driver.SharedDir(allocDir), Dest: "/alloc"})
 }
 
+// secretsInRoot are where the task's root shows the host paths secrets:
+// under every bind (chroot_env, a host volume) whose source holds one.
+func secretsInRoot(secrets []string, mounts []supervisor.Mount) []string {
+	var out []string
+	for _, s := range secrets {
+		s = filepath.Clean(s)
+		for _, m := range mounts {
+			if rel, err := filepath.Rel(m.Source, s); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				out = append(out, filepath.Join(m.Dest, rel))
+			}
+		}
+	}
+	return out
+}
+
 // hostPath is where a path of the task's root is on the host: under the
 // deepest mount that holds it, else in the task dir itself.
 func (l *launch) hostPath(p string) string {
@@ -410,7 +425,8 @@ func (l *launch) spec(d *Driver, t *driver.Task, cg *cgroup.Set) *supervisor.Spe
 		Path: l.bin, Args: l.args, Env: l.env, Dir: l.dir,
 		Credentials: supervisor.Credentials{SetCaps: l.setCaps, Caps: l.caps, Seccomp: l.seccomp},
 		OOMScoreAdj: l.oomScoreAdj,
-		Root:        l.root, Mounts: l.mounts, NewPIDNS: l.newPID, NewIPCNS: l.newIPC,
+		Root:        l.root, Mounts: l.mounts, Masks: secretsInRoot(d.secrets, l.mounts),
+		NewPIDNS: l.newPID, NewIPCNS: l.newIPC,
 		LogDir: l.logDir, Stdout: t.TaskName + ".stdout", Stderr: t.TaskName + ".stderr",
 		LogMaxFiles: l.logMaxFiles, LogMaxSize: l.logMaxSize,
 		StatusDir: l.statusDir, StatusName: statusName(t.TaskName),

@@ -5,6 +5,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berth/berth/internal/proc"
 	"github.com/berth/berth/task/driver"
+	"github.com/berth/berth/task/driver/exec/supervisor"
 )
 
 // execIn runs cmd in the task through Exec (what `berth alloc exec`
@@ -376,6 +378,65 @@ func TestSecExecHostSecretsMasked(t *testing.T) {
 	for _, n := range lines[3 : len(lines)-1] {
 		if n != "0" {
 			t.Errorf("an SSH host key is readable in the task's root: %q", out)
+		}
+	}
+}
+
+// The operator's credentials (the agent's token file, TLS key, config
+// file, data dir: Options.Secrets) are masked wherever chroot_env binds
+// them, not only under /etc/berth; the rest of the bind stays readable.
+func TestSecExecOperatorSecretsMasked(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"token": "s3cret-token", "other": "visible", "tls/key.pem": "s3cret-key"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "other"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := DefaultChrootEnv()
+	env[dir] = "/opt/op"
+	d := NewExec(Options{StoreID: testStore, ChrootEnv: env, Secrets: []string{filepath.Join(dir, "token"), filepath.Join(dir, "tls")}})
+	task := newTask(t, "", sh(`cat /opt/op/token; echo; ls -A /opt/op/tls | wc -l; cat /opt/op/other`))
+	task.User = "nobody"
+	res, out := runTask(t, d, task)
+	if !res.Successful() {
+		t.Fatalf("task failed: %+v %s", res, out)
+	}
+	if strings.Contains(out, "s3cret") || !strings.Contains(out, "visible") || !strings.Contains(out, "\n0\n") {
+		t.Fatalf("task output %q: want the token and TLS dir masked, the other file readable", out)
+	}
+}
+
+func TestSecretsInRoot(t *testing.T) {
+	mounts := []supervisor.Mount{
+		{Source: "/etc", Dest: "/etc", ReadOnly: true},
+		{Source: "/opt/berth", Dest: "/srv/b", ReadOnly: true},
+		{Source: "/var/lib/berth/alloc/a1/alloc", Dest: "/alloc"},
+	}
+	tests := []struct {
+		secrets []string
+		want    []string
+	}{
+		{[]string{"/etc/berth/token"}, []string{"/etc/berth/token"}},
+		{[]string{"/opt/berth/tls/key.pem"}, []string{"/srv/b/tls/key.pem"}},
+		{[]string{"/opt/berth"}, []string{"/srv/b"}},
+		{[]string{"/var/lib/berth"}, nil}, // the data dir holds /alloc's source: not bound itself
+		{[]string{"/root/token"}, nil},
+		{[]string{"/etcetera/token"}, nil},
+	}
+	for _, tc := range tests {
+		if got := secretsInRoot(tc.secrets, mounts); !slices.Equal(got, tc.want) {
+			t.Errorf("secretsInRoot(%v) = %v, want %v", tc.secrets, got, tc.want)
 		}
 	}
 }

@@ -108,6 +108,11 @@ func makeRoot(sp *Spec) error {
 	if err := maskHostSecrets(root); err != nil {
 		return err
 	}
+	for _, p := range sp.Masks {
+		if err := mask(root, p); err != nil {
+			return err
+		}
+	}
 	if err := unix.Chdir(root); err != nil {
 		return err
 	}

@@ -62,6 +62,10 @@ type Spec struct {
 	// and a private /proc, /dev and /dev/shm.
 	Root   string
 	Mounts []Mount
+	// Masks are paths in the root hidden from the task beside the host's
+	// usual credentials (hostSecrets): the operator's own, wherever
+	// chroot_env binds them.
+	Masks []string
 	// NewPIDNS and NewIPCNS give the task namespaces of its own.
 	NewPIDNS bool
 	NewIPCNS bool
@@ -122,6 +126,7 @@ func specFields() table[Spec] {
 		numOmitZero("oom_score_adj", func(s *Spec) *int { return &s.OOMScoreAdj }),
 		str("root", func(s *Spec) *string { return &s.Root }),
 		records(func(s *Spec) *[]Mount { return &s.Mounts }, mountFields()),
+		strs("mask", func(s *Spec) *[]string { return &s.Masks }),
 		boolFlag("newpid", func(s *Spec) *bool { return &s.NewPIDNS }),
 		boolFlag("newipc", func(s *Spec) *bool { return &s.NewIPCNS }),
 	)
