@@ -64,8 +64,10 @@ func uuid() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-func (js *jobsState) newEval(jobID, jobType, trigger string, expect int, deploy bool) *evalRec {
-	e := &evalRec{id: uuid(), jobID: jobID, jobType: jobType, trigger: trigger, created: time.Now(), expect: expect}
+// newEval records an evaluation of jobID made at t (before the request
+// that made it ran: its allocations are newer).
+func (js *jobsState) newEval(t time.Time, jobID, jobType, trigger string, expect int, deploy bool) *evalRec {
+	e := &evalRec{id: uuid(), jobID: jobID, jobType: jobType, trigger: trigger, created: t, expect: expect}
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if deploy {
@@ -131,6 +133,19 @@ func (js *jobsState) evalsOf(job string) []*evalRec {
 	return out
 }
 
+// evalFor is the evaluation that placed an allocation of job created
+// at t: the job's last one with allocations made before it.
+func (js *jobsState) evalFor(job string, t time.Time) string {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for i := len(js.evals) - 1; i >= 0; i-- {
+		if e := js.evals[i]; e.jobID == job && e.expect > 0 && !t.Before(e.created) {
+			return e.id
+		}
+	}
+	return ""
+}
+
 func (js *jobsState) deploymentsOf(job string) []*deployRec {
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -165,7 +180,7 @@ func (js *jobsState) deploymentByPrefix(prefix string) []*deployRec {
 func since(allocs []*api.Allocation, t time.Time) []*api.Allocation {
 	var out []*api.Allocation
 	for _, a := range allocs {
-		if !a.CreatedAt.Before(t.Add(-time.Second)) {
+		if !a.CreatedAt.Before(t) {
 			out = append(out, a)
 		}
 	}

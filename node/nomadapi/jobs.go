@@ -118,7 +118,9 @@ func (s *Server) handleJobGet(w http.ResponseWriter, r *http.Request) {
 				if !all && a.JobID != id && a.ParentJobID != id {
 					continue
 				}
-				out = append(out, allocStub(a, st.Type, s.nodeOf(ctx)))
+				as := allocStub(a, st.Type, s.nodeOf(ctx))
+				as.EvalID = s.state.evalFor(a.JobID, a.CreatedAt)
+				out = append(out, as)
 			}
 			return maxIndex(st, allocs), out, nil
 		})
@@ -301,6 +303,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	t0 := time.Now()
 	resp, err := s.b.RegisterJob(ctx, src)
 	if err != nil {
 		writeErr(w, err)
@@ -317,7 +320,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	// Nomad makes no evaluation for a periodic or parameterized job: the
 	// CLI then prints the next launch instead of monitoring.
 	if !resp.Parameterized && len(st.Periodic) == 0 {
-		e := s.state.newEval(id, st.Type, "job-register", s.expected(st), st.Type == "service")
+		e := s.state.newEval(t0, id, st.Type, "job-register", s.expected(st), st.Type == "service")
 		out.EvalID, out.EvalCreateIndex = e.id, index(e.created)
 	}
 	writeJSON(w, out.JobModifyIndex, out)
@@ -371,7 +374,7 @@ func (s *Server) handleJobStop(w http.ResponseWriter, r *http.Request) {
 	}
 	// versions: today a stop also forgets the job (a purge); a plain stop
 	// that keeps the job listed as dead comes with job versions.
-	e := s.state.newEval(id, st.Type, "job-deregister", 0, false)
+	e := s.state.newEval(time.Now(), id, st.Type, "job-deregister", 0, false)
 	if _, err := s.b.StopJob(ctx, id, purge); err != nil {
 		writeErr(w, err)
 		return
@@ -445,6 +448,7 @@ func (s *Server) handleDispatch(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	ctx := r.Context()
+	t0 := time.Now()
 	resp, err := s.b.DispatchJob(ctx, id, api.JobDispatchRequest{Meta: req.Meta, Payload: req.Payload})
 	if err != nil {
 		writeErr(w, err)
@@ -455,7 +459,7 @@ func (s *Server) handleDispatch(w http.ResponseWriter, r *http.Request, id strin
 		writeErr(w, err)
 		return
 	}
-	e := s.state.newEval(resp.DispatchedJobID, st.Type, "job-register", s.expected(st), false)
+	e := s.state.newEval(t0, resp.DispatchedJobID, st.Type, "job-register", s.expected(st), false)
 	writeJSON(w, index(e.created), napi.JobDispatchResponse{DispatchedJobID: resp.DispatchedJobID, EvalID: e.id, EvalCreateIndex: index(e.created), JobCreateIndex: index(st.SubmittedAt)})
 }
 
@@ -467,7 +471,7 @@ func (s *Server) handleEvaluate(w http.ResponseWriter, r *http.Request, id strin
 		writeErr(w, err)
 		return
 	}
-	e := s.state.newEval(id, st.Type, "job-eval", 0, false)
+	e := s.state.newEval(time.Now(), id, st.Type, "job-eval", 0, false)
 	writeJSON(w, index(e.created), napi.JobRegisterResponse{EvalID: e.id, EvalCreateIndex: index(e.created)})
 }
 

@@ -151,3 +151,71 @@ func TestNomadCLIJobRun(t *testing.T) {
 		t.Fatalf("job status of a purged job: exit 0, want non-zero:\n%s", out)
 	}
 }
+
+// TestNomadCLIJobService: `nomad job run` of a service job with a check
+// monitors its deployment until the allocation is healthy; `job status`
+// shows the deployment; `deployment list/status` and `eval list/status`
+// show them; plan of the unchanged file exits 0, of a changed one 1.
+func TestNomadCLIJobService(t *testing.T) {
+	e := startNomadEnv(t, jobsNet, jobsBridge)
+	f := e.jobFile(t, "web.nomad.hcl", serviceJob)
+
+	out, code := e.nomad(t, "job", "plan", f)
+	wantExit(t, "job plan of a new job", code, 1)
+	want(t, "job plan", out, `\+ Job: "nweb"`, `\+ Task Group: "web" \(1 create\)`, `nomad job run -check-index 0`)
+
+	out, code = e.nomad(t, "job", "run", "-check-index", "0", f)
+	wantExit(t, "job run", code, 0)
+	want(t, "job run", out, `Monitoring evaluation`, `Allocation "[0-9a-f]{8}" created`, `finished with status "complete"`,
+		`Monitoring deployment "[0-9a-f]{8}"`, `Status\s+= successful`, `Deployment completed successfully`, `web\s+1\s+1\s+1\s+0`)
+
+	out, code = e.nomad(t, "job", "status", "nweb")
+	wantExit(t, "job status", code, 0)
+	want(t, "job status", out, `Latest Deployment`, `Status\s+= successful`, `web\s+0\s+0\s+1\s+0\s+0\s+0\s+0`, `run\s+running`)
+
+	out, code = e.nomad(t, "job", "plan", f)
+	wantExit(t, "job plan of the unchanged job", code, 0)
+	want(t, "job plan unchanged", out, `Job: "nweb"`, `nomad job run -check-index [1-9][0-9]*`)
+	m := regexp.MustCompile(`-check-index ([0-9]+)`).FindStringSubmatch(out)
+
+	changed := e.jobFile(t, "web2.nomad.hcl", strings.Replace(serviceJob, "echo hi", "echo hello", 1))
+	out, code = e.nomad(t, "job", "plan", changed)
+	wantExit(t, "job plan of a changed job", code, 1)
+	want(t, "job plan changed", out, `\+/- Job: "nweb"`, `\+/- Task Group: "web"`, `echo hello`)
+
+	out, code = e.nomad(t, "job", "run", "-check-index", "1", changed)
+	if code == 0 || !strings.Contains(out, "conflicting job modify index") {
+		t.Fatalf("job run with a stale check index: exit %d, want non-zero naming the conflict:\n%s", code, out)
+	}
+	out, code = e.nomad(t, "job", "run", "-detach", "-check-index", m[1], changed)
+	wantExit(t, "job run -detach", code, 0)
+	want(t, "job run -detach", out, `Evaluation ID: [0-9a-f-]{36}`)
+	evalID := regexp.MustCompile(`Evaluation ID: ([0-9a-f-]{36})`).FindStringSubmatch(out)[1]
+
+	out, code = e.nomad(t, "eval", "status", evalID[:8])
+	wantExit(t, "eval status", code, 0)
+	want(t, "eval status", out, `ID\s+= `+evalID[:8], `Job ID\s+= nweb`, `TriggeredBy\s+= job-register`)
+	out, code = e.nomad(t, "eval", "list")
+	wantExit(t, "eval list", code, 0)
+	want(t, "eval list", out, evalID[:8]+`\s+50\s+job-register\s+nweb`)
+
+	out, code = e.nomad(t, "deployment", "list")
+	wantExit(t, "deployment list", code, 0)
+	want(t, "deployment list", out, `(?s)nweb\s+0\s+(running|successful).*nweb\s+0\s+successful`)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _ = e.nomad(t, "job", "status", "nweb")
+		if strings.Contains(out, "successful") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	dep := regexp.MustCompile(`ID\s+= ([0-9a-f]{8})`).FindAllStringSubmatch(out, -1)
+	out, code = e.nomad(t, "deployment", "status", dep[len(dep)-1][1])
+	wantExit(t, "deployment status", code, 0)
+	want(t, "deployment status", out, `Status\s+= successful`, `web\s+1\s+1\s+1\s+0`)
+
+	out, code = e.nomad(t, "job", "stop", "-yes", "nweb")
+	wantExit(t, "job stop", code, 0)
+	want(t, "job stop", out, `finished with status "complete"`)
+}
