@@ -131,16 +131,17 @@ func (b nomadBackend) NodeInfo(ctx context.Context) (nomadapi.NodeInfo, error) {
 		drivers = append(drivers, d)
 	}
 	sort.Strings(drivers)
-	mhz, mem := hostCompute()
+	mhz, mem, avail := hostCompute()
 	return nomadapi.NodeInfo{
 		ID: nodeUUID(attrs["node.unique.id"]), Name: attrs["node.unique.name"], Datacenter: attrs["node.datacenter"],
-		HTTPAddr: a.nomadAddr, Attrs: attrs, Drivers: drivers, CPUMHz: mhz, MemoryMB: mem, StartedAt: a.started,
+		HTTPAddr: a.nomadAddr, Attrs: attrs, Drivers: drivers, CPUMHz: mhz, MemoryMB: mem, MemAvailableMB: avail, StartedAt: a.started,
 	}, nil
 }
 
 // hostCompute is the machine's total CPU (cores times the clock, as
-// Nomad's cpu.totalcompute) and memory, read from /proc; 0 when unknown.
-func hostCompute() (cpuMHz, memMB int) {
+// Nomad's cpu.totalcompute), its memory and the memory available now,
+// read from /proc; 0 when unknown.
+func hostCompute() (cpuMHz, memMB, availMB int) {
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -157,14 +158,36 @@ func hostCompute() (cpuMHz, memMB int) {
 	if f, err := os.Open("/proc/meminfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-				if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB"))); err == nil {
-					memMB = kb / 1024
-				}
-				break
+			k, v, _ := strings.Cut(sc.Text(), ":")
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			switch {
+			case err != nil:
+			case k == "MemTotal":
+				memMB = kb / 1024
+			case k == "MemAvailable":
+				availMB = kb / 1024
 			}
 		}
 		f.Close()
 	}
-	return cpuMHz, memMB
+	return cpuMHz, memMB, availMB
+}
+
+func (b nomadBackend) JobServices(ctx context.Context, id string) (map[string]int, error) {
+	a := b.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	jr := a.jobs[id]
+	if jr == nil || jr.job == nil {
+		return nil, fmt.Errorf("job %q: %w", id, nomadapi.ErrNotFound)
+	}
+	out := map[string]int{}
+	for _, g := range jr.job.Groups {
+		n := len(g.Services)
+		for _, t := range g.Tasks {
+			n += len(t.Services)
+		}
+		out[g.Name] = n
+	}
+	return out, nil
 }

@@ -31,6 +31,12 @@ func nomadStatus(s string) string {
 // allocStub is an allocation as Nomad's lists show it
 // (AllocationListStub): node is this node's ID and name.
 func allocStub(a *api.Allocation, jobType string, node NodeInfo) *napi.AllocationListStub {
+	return allocStubServices(a, jobType, node, 0)
+}
+
+// allocStubServices is allocStub of an allocation whose group has that
+// many services: it is healthy once they pass.
+func allocStubServices(a *api.Allocation, jobType string, node NodeInfo, services int) *napi.AllocationListStub {
 	s := &napi.AllocationListStub{
 		ID: a.ID, Name: fmt.Sprintf("%s.%s[%d]", a.JobID, a.Group, a.Index), Namespace: nsOr(a.Namespace),
 		NodeID: node.ID, NodeName: node.Name, JobID: a.JobID, JobType: jobType, TaskGroup: a.Group,
@@ -49,7 +55,7 @@ func allocStub(a *api.Allocation, jobType string, node NodeInfo) *napi.Allocatio
 		s.ClientStatus = "unknown"
 	}
 	if jobType == "service" && a.Status != api.AllocPending {
-		h := allocHealthy(a)
+		h := allocHealthy(a, services)
 		s.DeploymentStatus = &napi.AllocDeploymentStatus{Healthy: &h, Timestamp: a.ModifiedAt}
 	}
 	return s

@@ -228,6 +228,7 @@ func (s *Server) deployment(ctx context.Context, d *deployRec) *napi.Deployment 
 			out.TaskGroups[g.Name] = &napi.DeploymentState{DesiredTotal: g.Count, ProgressDeadline: 10 * time.Minute, RequireProgressBy: d.created.Add(10 * time.Minute)}
 		}
 	}
+	svcs, _ := s.b.JobServices(ctx, d.jobID)
 	failed := false
 	for _, a := range since(allocs, d.created) {
 		ts := out.TaskGroups[a.Group]
@@ -236,7 +237,7 @@ func (s *Server) deployment(ctx context.Context, d *deployRec) *napi.Deployment 
 		}
 		ts.PlacedAllocs++
 		switch {
-		case allocHealthy(a):
+		case allocHealthy(a, svcs[a.Group]):
 			ts.HealthyAllocs++
 		case a.Status == api.AllocFailed || a.Status == api.AllocLost:
 			ts.UnhealthyAllocs++
@@ -285,10 +286,10 @@ func (s *Server) deployment(ctx context.Context, d *deployRec) *napi.Deployment 
 	return out
 }
 
-// allocHealthy: running, every task running, every service's checks
-// passing (Nomad's health from checks).
-func allocHealthy(a *api.Allocation) bool {
-	if a.Status != api.AllocRunning {
+// allocHealthy: running, every task running, its services (services of
+// them) registered and their checks passing (Nomad's health from checks).
+func allocHealthy(a *api.Allocation, services int) bool {
+	if a.Status != api.AllocRunning || len(a.Services) < services {
 		return false
 	}
 	for _, t := range a.Tasks {
@@ -357,8 +358,9 @@ func (s *Server) handleEvalAllocs(w http.ResponseWriter, r *http.Request) {
 		}
 		idx := index(e.created)
 		node := s.nodeOf(ctx)
+		svcs, _ := s.b.JobServices(ctx, e.jobID)
 		for _, a := range since(allocs, e.created) {
-			st := allocStub(a, e.jobType, node)
+			st := allocStubServices(a, e.jobType, node, svcs[a.Group])
 			st.EvalID = e.id
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
@@ -413,8 +415,9 @@ func (s *Server) handleDeploymentAllocs(w http.ResponseWriter, r *http.Request) 
 		out := []*napi.AllocationListStub{}
 		idx := index(d.created)
 		node := s.nodeOf(ctx)
+		svcs, _ := s.b.JobServices(ctx, d.jobID)
 		for _, a := range since(allocs, d.created) {
-			st := allocStub(a, "service", node)
+			st := allocStubServices(a, "service", node, svcs[a.Group])
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
 		}

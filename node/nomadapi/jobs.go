@@ -28,6 +28,10 @@ type JobsBackend interface {
 	// JobAllocations are the job's allocations with their services,
 	// those of a periodic job's launches included, newest first.
 	JobAllocations(ctx context.Context, id string) ([]*api.Allocation, error)
+	// JobServices counts the services of each group of the job (its
+	// tasks' included): an allocation is healthy once that many are
+	// registered and passing.
+	JobServices(ctx context.Context, id string) (map[string]int, error)
 	// StopJob stops the job; purge also forgets it.
 	StopJob(ctx context.Context, id string, purge bool) (*api.JobStopResponse, error)
 	// DispatchJob runs one dispatch of a parameterized job.
@@ -68,6 +72,7 @@ func (s *Server) jobRoutes() []route {
 		{http.MethodGet, "/v1/nodes", s.handleNodeList},
 		{http.MethodGet, "/v1/node/{id}", s.handleNode},
 		{http.MethodGet, "/v1/node/{id}/allocations", s.handleNodeAllocs},
+		{http.MethodGet, "/v1/client/stats", s.handleHostStats},
 		{http.MethodPost, "/v1/search", s.handleSearch},
 		{http.MethodPut, "/v1/search", s.handleSearch},
 	}
@@ -113,12 +118,13 @@ func (s *Server) handleJobGet(w http.ResponseWriter, r *http.Request) {
 				return 0, nil, err
 			}
 			all := r.URL.Query().Get("all") == "true"
+			svcs, _ := s.b.JobServices(ctx, id)
 			out := []*napi.AllocationListStub{}
 			for _, a := range allocs {
 				if !all && a.JobID != id && a.ParentJobID != id {
 					continue
 				}
-				as := allocStub(a, st.Type, s.nodeOf(ctx))
+				as := allocStubServices(a, st.Type, s.nodeOf(ctx), svcs[a.Group])
 				as.EvalID = s.state.evalFor(a.JobID, a.CreatedAt)
 				out = append(out, as)
 			}

@@ -1,10 +1,13 @@
 package nomadapi_test
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth/berth/internal/testenv"
 )
 
 // The test networks of these tests (sequential: each test's agent and
@@ -218,4 +221,85 @@ func TestNomadCLIJobService(t *testing.T) {
 	out, code = e.nomad(t, "job", "stop", "-yes", "nweb")
 	wantExit(t, "job stop", code, 0)
 	want(t, "job stop", out, `finished with status "complete"`)
+}
+
+// TestNomadCLIJobPeriodic: the seed job (a periodic job launching every
+// second; here raw_exec) through `nomad job run`, which prints its next
+// launch instead of monitoring, and `nomad job status`, which lists its
+// launches as children.
+func TestNomadCLIJobPeriodic(t *testing.T) {
+	e := startNomadEnv(t, jobsNet, jobsBridge)
+	src, err := os.ReadFile("../../examples/jobs/seed-podman-every-second.nomad.hcl")
+	testenv.Must(t, err)
+	seed := strings.NewReplacer(`driver = "podman"`, `driver = "raw_exec"`,
+		`image   = "localhost/busybox:latest"`, ``).Replace(string(src))
+	f := e.jobFile(t, "seed.nomad.hcl", seed)
+
+	out, code := e.nomad(t, "job", "run", f)
+	wantExit(t, "job run", code, 0)
+	want(t, "job run", out, `Job registration successful`, `Approximate next launch time`)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ = e.nomad(t, "job", "status", "cni-debug")
+		if regexp.MustCompile(`cni-debug/periodic-[0-9]+\s+dead`).MatchString(out) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	want(t, "job status", out, `Periodic\s+= true`, `Next Periodic Launch`, `Children Job Summary`, `Previously Launched Jobs`,
+		`cni-debug/periodic-[0-9]+\s+dead`)
+
+	out, code = e.nomad(t, "job", "status")
+	wantExit(t, "job status", code, 0)
+	want(t, "job status list", out, `cni-debug\s+batch/periodic\s+50\s+running`)
+
+	out, code = e.nomad(t, "job", "stop", "-purge", "-yes", "cni-debug")
+	wantExit(t, "job stop", code, 0)
+}
+
+const paramJob = `job "nparam" {
+  type = "batch"
+  parameterized {
+    meta_required = ["who"]
+  }
+  group "g" {
+    network {
+      mode = "cni/private"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo hello ${NOMAD_META_who}"]
+      }
+    }
+  }
+}
+`
+
+// TestNomadCLIJobDispatch: `nomad job dispatch` runs a child of a
+// parameterized job and monitors it; `job status` lists it as a
+// dispatched job.
+func TestNomadCLIJobDispatch(t *testing.T) {
+	e := startNomadEnv(t, jobsNet, jobsBridge)
+	f := e.jobFile(t, "param.nomad.hcl", paramJob)
+	out, code := e.nomad(t, "job", "run", f)
+	wantExit(t, "job run", code, 0)
+	want(t, "job run", out, `Job registration successful`)
+
+	out, code = e.nomad(t, "job", "dispatch", "-meta", "who=berth", "nparam")
+	wantExit(t, "job dispatch", code, 0)
+	want(t, "job dispatch", out, `Dispatched Job ID = nparam/dispatch-[0-9]+-[0-9a-f]{8}`, `Allocation "[0-9a-f]{8}" created`, `finished with status "complete"`)
+
+	out, code = e.nomad(t, "job", "dispatch", "nparam")
+	if code == 0 || !strings.Contains(out, "who") {
+		t.Fatalf("job dispatch without the required meta: exit %d, want non-zero naming it:\n%s", code, out)
+	}
+
+	out, code = e.nomad(t, "job", "status", "nparam")
+	wantExit(t, "job status", code, 0)
+	want(t, "job status", out, `Parameterized\s+= true`, `Dispatched Jobs`, `nparam/dispatch-[0-9]+-[0-9a-f]{8}`)
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nparam")
+	wantExit(t, "job stop", code, 0)
 }

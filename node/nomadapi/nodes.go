@@ -24,7 +24,9 @@ type NodeInfo struct {
 	Drivers    []string // the task drivers it runs
 	CPUMHz     int      // total compute, as Nomad's cpu.totalcompute
 	MemoryMB   int
-	StartedAt  time.Time
+	// MemAvailableMB is the memory available now (host stats).
+	MemAvailableMB int
+	StartedAt      time.Time
 }
 
 // nodeOf is this node, for the node ID and name of allocations; empty
@@ -123,13 +125,30 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	res := &napi.Resources{CPU: ptr(n.CPUMHz), MemoryMB: ptr(n.MemoryMB), DiskMB: ptr(0)}
 	writeJSON(w, index(n.StartedAt), napi.Node{
+		Resources: res, Reserved: &napi.Resources{CPU: ptr(0), MemoryMB: ptr(0), DiskMB: ptr(0)},
 		ID: n.ID, Datacenter: n.Datacenter, Name: n.Name, HTTPAddr: n.HTTPAddr, Attributes: nodeAttributes(n),
 		NodeResources: nodeResources(n), ReservedResources: &napi.NodeReservedResources{},
 		Meta: map[string]string{}, NodePool: "default", SchedulingEligibility: "eligible", Status: "ready",
 		StatusUpdatedAt: n.StartedAt.Unix(), Drivers: nodeDrivers(n),
 		Events:      []*napi.NodeEvent{{Message: "Node registered", Subsystem: "Cluster", Timestamp: n.StartedAt}},
 		CreateIndex: index(n.StartedAt), ModifyIndex: index(n.StartedAt),
+	})
+}
+
+// handleHostStats is /v1/client/stats, the host's use `node status`
+// prints.
+func (s *Server) handleHostStats(w http.ResponseWriter, r *http.Request) {
+	n, err := s.b.NodeInfo(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	total, avail := uint64(n.MemoryMB)<<20, uint64(n.MemAvailableMB)<<20
+	writeJSON(w, index(time.Now()), napi.HostStats{
+		Memory: &napi.HostMemoryStats{Total: total, Available: avail, Used: total - min(avail, total), Free: avail},
+		Uptime: uint64(time.Since(n.StartedAt).Seconds()),
 	})
 }
 
@@ -162,7 +181,10 @@ func nodeAlloc(a *api.Allocation, n NodeInfo) *napi.Allocation {
 		ClientDescription: st.ClientDescription, TaskStates: st.TaskStates, NextAllocation: st.NextAllocation,
 		PreviousAllocation: a.PreviousAllocation,
 		Job:                &napi.Job{ID: ptr(a.JobID), Name: ptr(a.JobID), Version: ptr(uint64(0))},
-		CreateIndex:        st.CreateIndex, ModifyIndex: st.ModifyIndex, AllocModifyIndex: st.ModifyIndex,
+		// berth does not reserve resources for allocations: none are
+		// counted as allocated.
+		Resources:   &napi.Resources{CPU: ptr(0), MemoryMB: ptr(0), DiskMB: ptr(0)},
+		CreateIndex: st.CreateIndex, ModifyIndex: st.ModifyIndex, AllocModifyIndex: st.ModifyIndex,
 		CreateTime: st.CreateTime, ModifyTime: st.ModifyTime,
 	}
 }
@@ -176,7 +198,9 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	resp := napi.SearchResponse{Matches: map[contexts.Context][]string{}, Truncations: map[contexts.Context]bool{}}
-	want := func(c contexts.Context) bool { return req.Context == contexts.All || req.Context == "" || req.Context == c }
+	want := func(c contexts.Context) bool {
+		return req.Context == contexts.All || req.Context == "" || req.Context == c
+	}
 	add := func(c contexts.Context, id string) {
 		if strings.HasPrefix(id, req.Prefix) {
 			if len(resp.Matches[c]) >= 20 {
