@@ -1,6 +1,7 @@
 package nomadapi_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/internal/testenv"
+	napi "github.com/hashicorp/nomad/api"
 )
 
 // The test networks of these tests (sequential: each test's agent and
@@ -302,4 +304,42 @@ func TestNomadCLIJobDispatch(t *testing.T) {
 	want(t, "job status", out, `Parameterized\s+= true`, `Dispatched Jobs`, `nparam/dispatch-[0-9]+-[0-9a-f]{8}`)
 	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nparam")
 	wantExit(t, "job stop", code, 0)
+}
+
+// TestNomadCLIJobSource: berth parses the job's source itself: a file
+// Nomad's CLI accepts but berth refuses fails `job run` with berth's
+// positioned error, nothing registered; Nomad's Go client without a
+// Submission is told to send the source; with one, the job runs.
+func TestNomadCLIJobSource(t *testing.T) {
+	e := startNomadEnv(t, jobsNet, jobsBridge)
+	bad := e.jobFile(t, "bad.nomad.hcl", strings.Replace(batchJob, `command = "/bin/sh"`, `command = "/bin/sh"
+        no_such_option = true`, 1))
+	out, code := e.nomad(t, "job", "run", bad)
+	wantExit(t, "job run of a file berth refuses", code, 1)
+	want(t, "job run refused", out, `Unexpected response code: 400`, `nbatch\.nomad\.hcl:[0-9]+:[0-9]+`, `no_such_option`)
+
+	out, code = e.nomad(t, "status")
+	wantExit(t, "status", code, 0)
+	want(t, "status", out, `No running jobs`)
+
+	c, err := napi.NewClient(&napi.Config{Address: e.addr, SecretID: testToken})
+	testenv.Must(t, err)
+	job := napi.NewBatchJob("ngo", "ngo", "global", 50)
+	_, _, err = c.Jobs().Register(job, nil)
+	if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "Submission") {
+		t.Fatalf("register without a submission: %v, want 400 saying to send the source", err)
+	}
+	src := strings.ReplaceAll(strings.Replace(batchJob, `"nbatch"`, `"ngo"`, 1), "cni/private", "cni/"+e.net.Name)
+	resp, _, err := c.Jobs().RegisterOpts(job, &napi.RegisterOptions{Submission: &napi.JobSubmission{Source: src, Format: "hcl2", VariableFlags: map[string]string{"msg": "go"}}}, nil)
+	testenv.Must(t, err)
+	if resp.EvalID == "" {
+		t.Fatal("register: no evaluation")
+	}
+	info, _, err := c.Jobs().Info("ngo", nil)
+	testenv.Must(t, err)
+	if got := info.TaskGroups[0].Tasks[0].Config["args"]; !strings.Contains(fmt.Sprint(got), "echo go") {
+		t.Fatalf("job's args %v: want the -var msg=go applied by berth's parse", got)
+	}
+	_, _, err = c.Jobs().Deregister("ngo", true, nil)
+	testenv.Must(t, err)
 }
