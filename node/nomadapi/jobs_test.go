@@ -255,8 +255,12 @@ func TestNomadCLIJobPeriodic(t *testing.T) {
 	out, code = e.nomad(t, "job", "status")
 	wantExit(t, "job status", code, 0)
 	want(t, "job status list", out, `cni-debug\s+batch/periodic\s+50\s+running`)
+	launch := regexp.MustCompile(`cni-debug/periodic-[0-9]+`).FindString(out)
+	out, code = e.nomad(t, "job", "status", launch)
+	wantExit(t, "job status of a launch", code, 0)
+	want(t, "job status of a launch", out, `ID\s+= `+launch, `debug\s+0\s+run`)
 
-	out, code = e.nomad(t, "job", "stop", "-purge", "-yes", "cni-debug")
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "cni-debug")
 	wantExit(t, "job stop", code, 0)
 }
 
@@ -302,6 +306,13 @@ func TestNomadCLIJobDispatch(t *testing.T) {
 	out, code = e.nomad(t, "job", "status", "nparam")
 	wantExit(t, "job status", code, 0)
 	want(t, "job status", out, `Parameterized\s+= true`, `Dispatched Jobs`, `nparam/dispatch-[0-9]+-[0-9a-f]{8}`)
+	child := regexp.MustCompile(`nparam/dispatch-[0-9]+-[0-9a-f]{8}`).FindString(out)
+	out, code = e.nomad(t, "job", "status", child)
+	wantExit(t, "job status of the dispatched job", code, 0)
+	want(t, "job status of the dispatched job", out, `ID\s+= `+regexp.QuoteMeta(child), `g\s+0\s+run`)
+	out, code = e.nomad(t, "job", "allocs", child)
+	wantExit(t, "job allocs", code, 0)
+	want(t, "job allocs", out, `[0-9a-f]{8}\s+[0-9a-f]{8}\s+g\s+0\s+run`)
 	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nparam")
 	wantExit(t, "job stop", code, 0)
 }

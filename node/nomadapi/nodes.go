@@ -182,7 +182,9 @@ func nodeAlloc(a *api.Allocation, n NodeInfo) *napi.Allocation {
 		PreviousAllocation: a.PreviousAllocation,
 		Job:                &napi.Job{ID: ptr(a.JobID), Name: ptr(a.JobID), Version: ptr(uint64(0))},
 		// berth does not reserve resources for allocations: none are
-		// counted as allocated.
+		// counted as allocated. The 1.6 CLI's node status reads this
+		// field (nil: it crashes).
+		//lint:ignore SA1019 the nomad 1.6 CLI reads it
 		Resources:   &napi.Resources{CPU: ptr(0), MemoryMB: ptr(0), DiskMB: ptr(0)},
 		CreateIndex: st.CreateIndex, ModifyIndex: st.ModifyIndex, AllocModifyIndex: st.ModifyIndex,
 		CreateTime: st.CreateTime, ModifyTime: st.ModifyTime,

@@ -1,6 +1,7 @@
 package nomadapi_test
 
 import (
+	"regexp"
 	"testing"
 )
 
@@ -16,6 +17,11 @@ func TestNomadCLINodeStatus(t *testing.T) {
 	out, code := e.nomad(t, "node", "status")
 	wantExit(t, "node status", code, 0)
 	want(t, "node status", out, `ID\s+Node Pool\s+DC\s+Name\s+Class\s+Drain\s+Eligibility\s+Status`, `[0-9a-f]{8}\s+default\s+dc1\s+\S+\s+<none>\s+false\s+eligible\s+ready`)
+
+	id := regexp.MustCompile(`\n([0-9a-f]{8})\s+default`).FindStringSubmatch(out)[1]
+	out, code = e.nomad(t, "status", id[:6])
+	wantExit(t, "status <node prefix>", code, 0)
+	want(t, "status <node prefix>", out, `Status\s+= ready`)
 
 	out, code = e.nomad(t, "node", "status", "-self")
 	wantExit(t, "node status -self", code, 0)
