@@ -54,6 +54,25 @@ type JobSource struct {
 	VarFiles []api.VarFile
 }
 
+// jobRoutes are Nomad's job, evaluation, deployment, node and search
+// routes:
+//
+//	GET    /v1/jobs[?prefix=]                 []JobListStub (a periodic job's launches too)
+//	PUT    /v1/jobs, /v1/job/:id              register (needs the Submission: berth parses the source)
+//	GET    /v1/job/:id                        Job (version 0 until berth keeps versions)
+//	DELETE /v1/job/:id[?purge=]               stop (today always a purge); an evaluation
+//	GET    /v1/job/:id/summary|allocations|evaluations|deployment|deployments|versions
+//	PUT    /v1/job/:id/plan                   a diff against the job last registered here
+//	PUT    /v1/job/:id/dispatch               a dispatched child; an evaluation
+//	PUT    /v1/job/:id/evaluate               a complete evaluation (berth schedules at once)
+//	PUT    /v1/job/:id/periodic/force         501: not yet
+//	GET    /v1/evaluations, /v1/evaluation/:id[/allocations]
+//	GET    /v1/deployments, /v1/deployment/:id, /v1/deployment/allocations/:id
+//	GET    /v1/nodes, /v1/node/:id[/allocations], /v1/client/stats
+//	PUT    /v1/search                         prefix search: jobs, allocs, evals, deployment, nodes
+//
+// A job ID may hold a '/' (dispatched and periodic children): /v1/job/
+// takes the rest of the path and jobPath splits the sub-route off.
 func (s *Server) jobRoutes() []route {
 	return []route{
 		{http.MethodGet, "/v1/jobs", s.handleJobList},
@@ -416,6 +435,10 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request, id string) {
 	if exists {
 		resp.JobModifyIndex = *nomadJob(st).JobModifyIndex
 		prev = s.state.registered(id)
+		if st.NextLaunch != nil && req.Job.Periodic != nil {
+			// The registered job's schedule: berth has not parsed this one.
+			resp.NextPeriodicLaunch = *st.NextLaunch
+		}
 	}
 	switch {
 	case !exists:
