@@ -23,7 +23,6 @@ var notOnOneNode = []struct{ path, why string }{
 	{"/v1/volume/", "berth has no CSI volumes; use host volumes (client { host_volume })"},
 	{"/v1/plugins", "berth has no CSI plugins"},
 	{"/v1/scaling/", "berth does not scale task groups (one node: set count)"},
-	{"/v1/search", "berth does not serve Nomad's search; use job status and alloc status prefixes"},
 }
 
 func (s *Server) oneNodeRoutes() []route {

@@ -44,6 +44,9 @@ var (
 type Server struct {
 	b   Backend
 	log *slog.Logger
+	// state is what Nomad's clients follow that berth has no records of:
+	// evaluations and deployments (evals.go).
+	state *jobsState
 }
 
 // New returns a server over b.
@@ -51,7 +54,7 @@ func New(b Backend, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{b: b, log: log}
+	return &Server{b: b, log: log, state: newJobsState()}
 }
 
 // route is one Nomad endpoint; path is a net/http ServeMux pattern.
