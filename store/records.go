@@ -76,6 +76,7 @@ func recordKinds() map[string][]byte {
 		kindJob:        bucketJobs,
 		kindNetwork:    bucketNetworks,
 		kindService:    bucketServices,
+		kindVariable:   bucketVariables,
 	}
 }
 
@@ -120,6 +121,8 @@ func decodeKind(kind string, raw []byte) error {
 		v = new(Network)
 	case kindService:
 		v = new(Service)
+	case kindVariable:
+		v = new(Variable)
 	default:
 		// Jobs are the agent's JSON: the store only asks that it is JSON.
 		if !json.Valid(raw) {
