@@ -160,6 +160,11 @@ type Store struct {
 	gate *semaphore.Weighted
 
 	closeOnce sync.Once
+	// varsMu guards varsCh, closed (and replaced) at each variable
+	// write this process commits: what templates reading variables wait
+	// on (variables are written by the agent's API, in its process).
+	varsMu sync.Mutex
+	varsCh chan struct{}
 	// warned holds the damaged records already logged.
 	warned sync.Map
 

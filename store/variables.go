@@ -106,7 +106,28 @@ func (s *Store) PutVariable(ctx context.Context, v *Variable, cas *uint64) (*Var
 	if err != nil {
 		return nil, fmt.Errorf("put variable %s: %w", v.Path, err)
 	}
+	s.varsWritten()
 	return out, nil
+}
+
+// VariablesChanged returns a channel closed at the next variable write
+// (put or delete) by this process.
+func (s *Store) VariablesChanged() <-chan struct{} {
+	s.varsMu.Lock()
+	defer s.varsMu.Unlock()
+	if s.varsCh == nil {
+		s.varsCh = make(chan struct{})
+	}
+	return s.varsCh
+}
+
+func (s *Store) varsWritten() {
+	s.varsMu.Lock()
+	defer s.varsMu.Unlock()
+	if s.varsCh != nil {
+		close(s.varsCh)
+		s.varsCh = nil
+	}
 }
 
 func checkCAS(ns, path string, cas *uint64, cur *Variable) error {
@@ -168,6 +189,7 @@ func (s *Store) DeleteVariable(ctx context.Context, ns, path string, cas *uint64
 	if err != nil {
 		return fmt.Errorf("delete variable %s: %w", path, err)
 	}
+	s.varsWritten()
 	return nil
 }
 
