@@ -267,3 +267,21 @@ func (b nomadBackend) Services(ctx context.Context, name string) ([]api.ServiceR
 	}
 	return out, nil
 }
+
+// EventSnapshot is the node's allocations, jobs and services, which the
+// Nomad API's event stream compares from one look to the next.
+func (b nomadBackend) EventSnapshot(ctx context.Context) (nomadapi.EventSnapshot, error) {
+	allocs, err := b.Allocs(ctx, "")
+	if err != nil {
+		return nomadapi.EventSnapshot{}, err
+	}
+	jobs, err := b.a.listJobs(ctx)
+	if err != nil {
+		return nomadapi.EventSnapshot{}, err
+	}
+	svcs, err := b.Services(ctx, "")
+	if err != nil {
+		return nomadapi.EventSnapshot{}, err
+	}
+	return nomadapi.EventSnapshot{Allocs: allocs, Jobs: jobs, Services: svcs}, nil
+}

@@ -41,6 +41,7 @@ type AllocsBackend interface {
 	// Services are the native catalog's registrations, of one service
 	// (name) or all ("").
 	Services(ctx context.Context, name string) ([]api.ServiceRegistration, error)
+	EventsBackend
 }
 
 // AllocInfo is an allocation in berth's form with what Nomad's shapes
@@ -75,6 +76,7 @@ func (s *Server) allocRoutes() []route {
 		{http.MethodGet, "/v1/client/fs/stat/{id}", s.handleFSStat},
 		{http.MethodGet, "/v1/client/fs/cat/{id}", s.handleFSCat},
 		{http.MethodGet, "/v1/client/fs/readat/{id}", s.handleFSReadAt},
+		{http.MethodGet, "/v1/event/stream", s.handleEventStream},
 	}...)
 }
 
