@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -155,6 +157,29 @@ func TestNomadCLIAlloc(t *testing.T) {
 			t.Errorf("alloc logs -tail -n 1: %d lines, want 1", n+1)
 		}
 		e.must(t, 1, []string{"unknown task"}, "alloc", "logs", id, "nope")
+
+		// plain=true: the bytes, no frames; origin end, offset in bytes.
+		for q, want := range map[string]string{
+			"task=web&plain=true":                                 "hello-stdout\ntick-1\n",
+			"task=web&type=stderr&plain=true":                     "hello-stderr\n",
+			"task=web&plain=true&origin=start&offset=13":          "tick-1\n",
+			"task=web&type=stderr&plain=true&origin=end&offset=7": "stderr\n",
+		} {
+			req, err := http.NewRequest(http.MethodGet, e.addr+"/v1/client/fs/logs/"+al.ID+"?"+q, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Nomad-Token", testToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), want) {
+				t.Errorf("logs?%s: %d %q, want it to start with %q", q, resp.StatusCode, b, want)
+			}
+		}
 	})
 
 	t.Run("logs -f", func(t *testing.T) {

@@ -33,9 +33,10 @@ type EventSnapshot struct {
 // (logs.go) how often an idle stream sends Nomad's "{}".
 const eventPoll = 500 * time.Millisecond
 
-// eventTopics are the topics berth sends; Evaluation and Deployment are
-// Nomad's too, and accepted, but berth has neither to send.
-var eventTopics = []string{"Allocation", "Job", "Service", "Evaluation", "Deployment", "*"}
+// eventTopics are Nomad's topics. berth sends Allocation, Job and
+// Service; the others are accepted and send nothing (no evaluations,
+// deployments, node changes or ACLs on one berth node).
+var eventTopics = []string{"Allocation", "Job", "Service", "Evaluation", "Deployment", "Node", "NodeDrain", "NodePool", "ACLToken", "ACLPolicy", "ACLRole", "*"}
 
 // streamEvents and streamEvent are Nomad's wire form of the stream
 // (api.Events, api.Event, with the namespace Nomad's server sends).
@@ -68,7 +69,7 @@ func parseTopics(vals []string) (topicFilter, error) {
 			key = "*"
 		}
 		if !slices.Contains(eventTopics, topic) {
-			return nil, fmt.Errorf("topic %q: berth sends %s", topic, strings.Join(eventTopics[:len(eventTopics)-1], ", "))
+			return nil, fmt.Errorf("unknown topic %q: Nomad's are %s", topic, strings.Join(eventTopics[:len(eventTopics)-1], ", "))
 		}
 		f[topic] = append(f[topic], key)
 	}
