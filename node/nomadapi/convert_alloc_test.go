@@ -1,5 +1,7 @@
 package nomadapi
 
+//lint:file-ignore SA1019 the test checks what Nomad 1.6's CLI reads: Resources and TaskResources
+
 import (
 	"strings"
 	"testing"
