@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/internal/logfile"
@@ -229,10 +230,27 @@ func (e *nomadExec) Exec(ctx context.Context, cmd []string, tty bool, in <-chan 
 		return 126, fmt.Errorf("allocation %s: exec: %w", e.allocID, err)
 	}
 	defer s.close()
+	// The reader applies the client's input to s until the client is
+	// gone or the session ended (stop): s is closed only after it
+	// returned.
+	stop := make(chan struct{})
+	var reader sync.WaitGroup
+	reader.Add(1)
 	res := e.a.execSession(e.allocID, e.task, e.ex, execQuery{task: e.task, cmd: cmd, tty: tty}, s, execClient{
 		read: func(s *execStdio, cancel context.CancelFunc) {
+			defer reader.Done()
 			defer cancel()
-			for x := range in {
+			for {
+				var x nomadapi.ExecInput
+				var ok bool
+				select {
+				case <-stop:
+					return
+				case x, ok = <-in:
+					if !ok {
+						return
+					}
+				}
 				switch {
 				case len(x.Data) > 0:
 					s.stdin(x.Data)
@@ -245,6 +263,8 @@ func (e *nomadExec) Exec(ctx context.Context, cmd []string, tty bool, in <-chan 
 		},
 		write: func(typ byte, p []byte) error { return out(typ == api.FrameStderr, p) },
 	})
+	close(stop)
+	reader.Wait()
 	if res.Error != "" {
 		return res.ExitCode, errors.New(res.Error)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	napi "github.com/hashicorp/nomad/api"
+
 	"github.com/berth/berth/api"
 )
 
@@ -202,11 +204,31 @@ func TestNomadCLIAlloc(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "from-stdin") {
 			t.Errorf("alloc exec -i cat: exit %d, want 0 echoing stdin", code)
 		}
-		out, code = e.nomad(t, "alloc", "exec", id, "/no/such/command")
-		if code == 0 {
+		if _, code = e.nomad(t, "alloc", "exec", id, "/no/such/command"); code == 0 {
 			t.Errorf("alloc exec of a missing command: exit 0")
 		}
-		_ = out
+
+		// A terminal, through Nomad's Go API client: the command sees a
+		// tty of the size sent.
+		c, err := napi.NewClient(&napi.Config{Address: e.addr, SecretID: testToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc, _, err := c.Allocations().Info(al.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes := make(chan napi.TerminalSize, 1)
+		sizes <- napi.TerminalSize{Height: 33, Width: 101}
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		code, err = c.Allocations().Exec(ctx, alloc, "web", true, []string{"/bin/sh", "-c", "sleep 0.5; tty; stty size; exit 4"},
+			strings.NewReader(""), &stdout, &stderr, sizes, nil)
+		t.Logf("exec -t: exit %d, %v: %q %q", code, err, stdout.String(), stderr.String())
+		if err != nil || code != 4 || !strings.Contains(stdout.String(), "/dev/pts/") || !strings.Contains(stdout.String(), "33 101") {
+			t.Errorf("exec with a tty: exit %d, %v, output %q; want 4, a pts and its size 33 101", code, err, stdout.String())
+		}
 	})
 
 	t.Run("fs", func(t *testing.T) {

@@ -140,8 +140,12 @@ func (s *logSink) heartbeats(t *time.Ticker, done chan struct{}) {
 			return
 		case <-t.C:
 			s.mu.Lock()
-			_, _ = s.w.Write([]byte("{}"))
-			_ = s.rc.Flush()
+			// Stopped meanwhile: the handler may have returned, and its
+			// writer is not ours any more.
+			if s.hb != nil {
+				_, _ = s.w.Write([]byte("{}"))
+				_ = s.rc.Flush()
+			}
 			s.mu.Unlock()
 		}
 	}
