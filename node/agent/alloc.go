@@ -490,6 +490,8 @@ type execStdio struct {
 	childIn, childOut, childErr *os.File
 	in, out, errOut             *os.File // our ends (tty: master, master, nil)
 	closeOnce                   sync.Once
+	sizeMu                      sync.Mutex
+	closed                      bool // guarded by sizeMu
 }
 
 func newExecStdio(tty bool) (*execStdio, error) {
@@ -557,8 +559,13 @@ func (s *execStdio) stdinEOF() {
 	}
 }
 
+// resize sets the terminal's size. A client's reader may still resize
+// while the session closes: the master's descriptor is read under
+// sizeMu, which close takes.
 func (s *execStdio) resize(rows, cols uint16) {
-	if s.tty {
+	s.sizeMu.Lock()
+	defer s.sizeMu.Unlock()
+	if s.tty && !s.closed {
 		_ = pty.SetSize(s.master, rows, cols)
 	}
 }
@@ -607,6 +614,9 @@ func (s *execStdio) closeOutputs() {
 }
 
 func (s *execStdio) close() {
+	s.sizeMu.Lock()
+	s.closed = true
+	s.sizeMu.Unlock()
 	s.closeChild()
 	for _, f := range []*os.File{s.in, s.out, s.errOut} {
 		if f != nil {
