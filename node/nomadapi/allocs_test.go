@@ -236,6 +236,11 @@ func TestNomadCLIAlloc(t *testing.T) {
 		e.must(t, 0, []string{"web.stdout.0"}, "alloc", "fs", id, "alloc/logs")
 		e.must(t, 0, []string{"hello-stdout"}, "alloc", "fs", id, "alloc/logs/web.stdout.0")
 		e.must(t, 0, []string{"web.stdout.0", "-rw"}, "alloc", "fs", "-stat", id, "alloc/logs/web.stdout.0")
+		// -tail reads at an offset (readat, limit -1).
+		out := e.must(t, 0, []string{"tick-"}, "alloc", "fs", "-tail", "-n", "1", id, "alloc/logs/web.stdout.0")
+		if strings.Contains(out, "hello") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Errorf("alloc fs -tail -n 1: %q, want the last line", out)
+		}
 		out, code := e.nomad(t, "alloc", "fs", id, "../../../etc/passwd")
 		if code == 0 || strings.Contains(out, "root:") {
 			t.Errorf("alloc fs ..: exit %d, want a refusal", code)
