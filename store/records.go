@@ -134,12 +134,13 @@ func decodeKind(kind string, raw []byte) error {
 }
 
 // DeleteRecord removes one record by kind ("attachment", "allocation",
-// "job", "network", "service") and ID, whatever its bytes: the way out for a damaged
+// "job", "network", "service", "variable": namespace NUL path) and ID,
+// whatever its bytes: the way out for a damaged
 // record. A missing one is not an error.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	bucket, ok := recordKinds()[kind]
 	if !ok {
-		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job, network or service", kind)
+		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job, network, service or variable", kind)
 	}
 	if err := validID(kind, id); err != nil {
 		return err
