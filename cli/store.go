@@ -55,7 +55,7 @@ down from libcni's cache).`,
 		},
 	}, &cobra.Command{
 		Use:   "rm KIND ID",
-		Short: "Remove one record (attachment, allocation, job, network or service), whatever its bytes",
+		Short: "Remove one record (attachment, allocation, job, network, service or variable), whatever its bytes",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()

@@ -28,7 +28,6 @@ var nodeFactCases = []nodeFactCase{
 	{"template consul", "node_template_consul_key.hcl", "11:6", `template block in task "t" in group "g": template function "key" reads Consul`, "use nomadService/nomadServices"},
 	{"template consul service", "node_template_consul_service.hcl", "11:12", `template block in task "t" in group "g": template function "service" reads Consul`, "berth has no Consul"},
 	{"template vault", "node_template_vault_secret.hcl", "11:6", `template block in task "t" in group "g": template function "secret" reads Vault`, "pass secrets another way"},
-	{"template nomad variables", "node_template_nomad_var.hcl", "11:6", `template block in task "t" in group "g": template function "nomadVar" reads Nomad variables`, "use the job's meta, env or a file"},
 	{"podman config", "node_podman_no_image.hcl", "6:7", `invalid config for driver "podman" in task "t" in group "g": podman: config.image is required`, "fix the config block"},
 	{"exec config", "node_exec_no_command.hcl", "6:7", `invalid config for driver "exec" in task "t" in group "g": exec: config.command is required`, "fix the config block"},
 }

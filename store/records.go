@@ -76,6 +76,7 @@ func recordKinds() map[string][]byte {
 		kindJob:        bucketJobs,
 		kindNetwork:    bucketNetworks,
 		kindService:    bucketServices,
+		kindVariable:   bucketVariables,
 	}
 }
 
@@ -120,6 +121,8 @@ func decodeKind(kind string, raw []byte) error {
 		v = new(Network)
 	case kindService:
 		v = new(Service)
+	case kindVariable:
+		v = new(Variable)
 	default:
 		// Jobs are the agent's JSON: the store only asks that it is JSON.
 		if !json.Valid(raw) {
@@ -131,12 +134,13 @@ func decodeKind(kind string, raw []byte) error {
 }
 
 // DeleteRecord removes one record by kind ("attachment", "allocation",
-// "job", "network", "service") and ID, whatever its bytes: the way out for a damaged
+// "job", "network", "service", "variable": namespace NUL path) and ID,
+// whatever its bytes: the way out for a damaged
 // record. A missing one is not an error.
 func (s *Store) DeleteRecord(ctx context.Context, kind, id string) error {
 	bucket, ok := recordKinds()[kind]
 	if !ok {
-		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job, network or service", kind)
+		return fmt.Errorf("delete record: unknown kind %q: use attachment, allocation, job, network, service or variable", kind)
 	}
 	if err := validID(kind, id); err != nil {
 		return err

@@ -27,7 +27,7 @@ import (
 
 // SchemaVersion is the layout of buckets and records this code reads and
 // writes. Bump it together with a migration in migrations().
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 const (
 	// DBFile is the database in the data dir. Beside it: UsersLockFile,
@@ -69,6 +69,9 @@ var (
 	bucketNetworks    = []byte("networks")
 	// bucketServices is the catalog of native services (Service records).
 	bucketServices = []byte("services")
+	// bucketVariables holds Nomad Variables (Variable records), keyed by
+	// namespace, NUL, path; its sequence is their index.
+	bucketVariables = []byte("variables")
 	// bucketTerminal indexes terminal allocations: one sub-bucket per job,
 	// keys are ModifiedAt (big-endian nanoseconds) followed by the alloc ID,
 	// so the oldest come first and retention never has to scan all allocs.
@@ -78,7 +81,7 @@ var (
 )
 
 func dataBuckets() [][]byte {
-	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal, bucketNetworks, bucketServices}
+	return [][]byte{bucketAttachments, bucketAllocations, bucketJobs, bucketTerminal, bucketNetworks, bucketServices, bucketVariables}
 }
 
 // migrations returns, by the version they migrate FROM, the steps that bring
@@ -102,6 +105,11 @@ func migrations() map[int]func(*bolt.Tx) error {
 		// 3 adds the catalog of native services, empty.
 		2: func(tx *bolt.Tx) error {
 			_, err := tx.CreateBucketIfNotExists(bucketServices)
+			return err
+		},
+		// 4 adds Nomad Variables, none.
+		3: func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(bucketVariables)
 			return err
 		},
 	}
@@ -152,6 +160,11 @@ type Store struct {
 	gate *semaphore.Weighted
 
 	closeOnce sync.Once
+	// varsMu guards varsCh, closed (and replaced) at each variable
+	// write this process commits: what templates reading variables wait
+	// on (variables are written by the agent's API, in its process).
+	varsMu sync.Mutex
+	varsCh chan struct{}
 	// warned holds the damaged records already logged.
 	warned sync.Map
 

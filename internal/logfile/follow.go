@@ -20,6 +20,9 @@ type FollowOptions struct {
 	// Flush is called after each batch written to w (a chunk of an HTTP
 	// response).
 	Flush func()
+	// OnFile, when set, is called before the bytes of each file are
+	// copied, with its index and the offset they start at.
+	OnFile func(index int, offset int64)
 }
 
 // Follow copies the log dir/name from pos to w: the rest of that file,
@@ -77,11 +80,17 @@ func Follow(ctx context.Context, dir, name string, pos Position, w io.Writer, o 
 					return err
 				}
 				f.Close()
-			} else if next == pos.Index && pos.Offset > 0 {
+			}
+			var off int64
+			if f == nil && next == pos.Index && pos.Offset > 0 {
 				if _, err := nf.Seek(pos.Offset, io.SeekStart); err != nil {
 					nf.Close()
 					return fmt.Errorf("%s: %w", nf.Name(), err)
 				}
+				off = pos.Offset
+			}
+			if o.OnFile != nil {
+				o.OnFile(next, off)
 			}
 			f, cur, orEqual = nf, next, false
 			continue

@@ -115,6 +115,37 @@ func Start(dir, name string, tailBytes int64, tailLines int) (Position, error) {
 	return pos, nil
 }
 
+// From returns where reading the log dir/name begins offset bytes after
+// the start of its oldest file, across files (Nomad's origin "start");
+// past the end is the end of the newest file. Each file is opened by
+// OpenLog, as in Start.
+func From(dir, name string, offset int64) (Position, error) {
+	idx, err := Indexes(dir, name)
+	if err != nil {
+		return Position{}, err
+	}
+	if len(idx) == 0 {
+		return Position{}, fmt.Errorf("log %s: %w", name, os.ErrNotExist)
+	}
+	left := offset
+	for i, n := range idx {
+		f, err := OpenLog(dir, name+"."+strconv.Itoa(n))
+		if err != nil {
+			return Position{}, err
+		}
+		fi, err := f.Stat()
+		f.Close()
+		if err != nil {
+			return Position{}, err
+		}
+		if left <= fi.Size() || i == len(idx)-1 {
+			return Position{n, min(left, fi.Size())}, nil
+		}
+		left -= fi.Size()
+	}
+	return Position{Index: idx[0]}, nil
+}
+
 // linesBack looks in f (size bytes) for the start of its last n lines,
 // reading backwards. It returns that offset and n when found, else how
 // many line starts it saw (the file's start then begins a line counted by

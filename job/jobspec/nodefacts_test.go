@@ -27,7 +27,6 @@ func TestNodeFacts(t *testing.T) {
 		{"template consul key", "node_template_consul_key", "11:6", `template function "key" reads Consul`, "use nomadService/nomadServices"},
 		{"template consul service", "node_template_consul_service", "11:12", `template function "service" reads Consul`, "berth has no Consul"},
 		{"template vault", "node_template_vault_secret", "11:6", `template function "secret" reads Vault`, "pass secrets another way"},
-		{"template nomad variables", "node_template_nomad_var", "11:6", `template function "nomadVar" reads Nomad variables`, "use the job's meta, env or a file"},
 		{"template syntax", "node_template_syntax", "10:24", "template: missing value for if", "fix the template"},
 		{"podman config", "node_podman_no_image", "6:7", `invalid config for driver "podman" in task "t" in group "g": podman: config.image is required`, "fix the config block"},
 		{"exec config", "node_exec_no_command", "6:7", `invalid config for driver "exec" in task "t" in group "g": exec: config.command is required`, "fix the config block"},

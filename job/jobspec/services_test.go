@@ -121,7 +121,6 @@ func TestTemplateFunctionsChecked(t *testing.T) {
 	}{
 		{"heredoc vault", "        data = <<EOT\nline one\n  {{ with secret \"x\" }}{{ end }}\nEOT", `j.hcl:12:11: template block in task "t" in group "g": template function "secret" reads Vault, and no Vault is configured`},
 		{"quoted consul", `        data = "{{ range service \"web\" }}{{ end }}"`, `j.hcl:10:26: template block in task "t" in group "g": template function "service" reads Consul, and no Consul is configured`},
-		{"nomadVar", `        data = "{{ nomadVar \"nomad/jobs/j\" }}"`, `reads Nomad variables, which berth does not store`},
 		{"unknown", `        data = "{{ nope }}"`, `template function "nope" does not exist`},
 		{"source file", `        source = "app.tpl"`, `j.hcl:10:18: template block in task "t" in group "g", in app.tpl line 2: template function "key" reads Consul`},
 		{"both", "        source = \"app.tpl\"\n        data = \"x\"", `has both source and data`},

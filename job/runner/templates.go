@@ -12,6 +12,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/berth/berth/internal/beneath"
 	"github.com/berth/berth/job/jobspec"
 	"github.com/berth/berth/network/netns"
+	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
 	tmpl "github.com/berth/berth/task/template"
 )
@@ -42,6 +44,7 @@ type renderedTemplate struct {
 	dest         string
 	content      []byte
 	usesServices bool
+	usesVars     bool
 	env          map[string]string
 }
 
@@ -76,7 +79,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 			return err
 		}
 		tt.list = append(tt.list, rt)
-		watch = watch || rt.usesServices
+		watch = watch || rt.watched()
 		dests = append(dests, rel(tt.dir, rt.dest))
 	}
 	x := &a.ext
@@ -86,7 +89,7 @@ func (a *allocRun) startTemplates(ctx context.Context, t *jobspec.Task, dt *driv
 		x.tmpl = map[int]*taskTemplates{}
 	}
 	x.tmpl[i] = tt
-	if watch && a.r.o.Services != nil && !x.closed {
+	if watch && !x.closed {
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		x.stopTmpl = append(x.stopTmpl, cancel)
 		x.watchersWG.Add(1)
@@ -211,11 +214,14 @@ func (a *allocRun) renderTemplate(tt *taskTemplates, rt *renderedTemplate) (bool
 	if a.r.o.Services != nil {
 		c.Catalog = a.r.o.Services
 	}
+	if a.r.o.Store != nil {
+		c.Vars = a.templateVars(tt.t)
+	}
 	res, err := tmpl.Render(rt.in, c)
 	if err != nil {
 		return false, err
 	}
-	rt.usesServices = res.UsesServices
+	rt.usesServices, rt.usesVars = res.UsesServices, res.UsesVars
 	if rt.content != nil && bytes.Equal(rt.content, res.Output) {
 		return false, nil
 	}
@@ -251,30 +257,124 @@ func (a *allocRun) writeTemplate(rt *renderedTemplate, b []byte) error {
 	return replaceUnder(a.dir, rt.dest, b, os.FileMode(mode), own)
 }
 
-// watchTemplates renders tt's service templates again whenever the
-// catalog changes (after their wait's quiet time), writes what changed and
-// applies the change modes.
+// watched reports whether the template reads what may change: services
+// or variables.
+func (rt *renderedTemplate) watched() bool { return rt.usesServices || rt.usesVars }
+
+// templateChanges returns what watchTemplates waits on: a channel closed
+// at the next change of the catalog or of the variables (until ctx ends).
+func (a *allocRun) templateChanges(ctx context.Context) func() <-chan struct{} {
+	return func() <-chan struct{} {
+		var svc, vars <-chan struct{}
+		if reg := a.r.o.Services; reg != nil {
+			svc = reg.Changed()
+		}
+		if s := a.r.o.Store; s != nil {
+			vars = s.VariablesChanged()
+		}
+		if svc == nil || vars == nil {
+			if svc == nil {
+				return vars
+			}
+			return svc
+		}
+		out := make(chan struct{})
+		go func() {
+			select {
+			case <-svc:
+			case <-vars:
+			case <-ctx.Done():
+				return
+			}
+			close(out)
+		}()
+		return out
+	}
+}
+
+// templateVars are the Nomad Variables task t's templates may read:
+// those of its job's namespace at nomad/jobs/<job>, .../<group> and
+// .../<group>/<task>, as Nomad's default workload identity allows (the
+// parent's ID for a dispatched or periodic job's launch).
+func (a *allocRun) templateVars(t *jobspec.Task) tmpl.Variables {
+	job := a.job.ID
+	if a.job.ParentID != "" {
+		job = a.job.ParentID
+	}
+	base := "nomad/jobs/" + job
+	ns := a.job.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &taskVars{s: a.r.o.Store, ns: ns, allowed: []string{base, base + "/" + a.group.Name, base + "/" + a.group.Name + "/" + t.Name}}
+}
+
+// taskVars reads the store's variables for a task's templates.
+type taskVars struct {
+	s       *store.Store
+	ns      string
+	allowed []string
+}
+
+// varsTimeout bounds a template's read of the store.
+const varsTimeout = 10 * time.Second
+
+func (v *taskVars) Var(path string) (map[string]string, bool, error) {
+	if !slices.Contains(v.allowed, path) {
+		return nil, false, fmt.Errorf("access denied: a task's templates read the variables %s only", strings.Join(v.allowed, ", "))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), varsTimeout)
+	defer cancel()
+	got, err := v.s.GetVariable(ctx, v.ns, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return got.Items, true, nil
+}
+
+func (v *taskVars) List(prefix string) ([]tmpl.VarMeta, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), varsTimeout)
+	defer cancel()
+	l, err := v.s.ListVariables(ctx, v.ns, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []tmpl.VarMeta
+	for _, x := range l {
+		if slices.Contains(v.allowed, x.Path) {
+			out = append(out, tmpl.VarMeta{Namespace: x.Namespace, Path: x.Path, CreateIndex: x.CreateIndex, ModifyIndex: x.ModifyIndex, CreateTime: x.CreateTime, ModifyTime: x.ModifyTime})
+		}
+	}
+	return out, nil
+}
+
+// watchTemplates renders tt's templates that read services or variables
+// again whenever those change (after their wait's quiet time), writes
+// what changed and applies the change modes.
 func (a *allocRun) watchTemplates(ctx context.Context, tt *taskTemplates) {
-	reg := a.r.o.Services
 	var waitMin, waitMax time.Duration
 	for _, rt := range tt.list {
-		if rt.usesServices {
+		if rt.watched() {
 			waitMin, waitMax = max(waitMin, rt.spec.WaitMin), max(waitMax, rt.spec.WaitMax)
 		}
 	}
-	changed := reg.Changed()
+	changes := a.templateChanges(ctx)
+	changed := changes()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
-		if changed = quiesce(ctx, reg.Changed, waitMin, waitMax); changed == nil {
+		if changed = quiesce(ctx, changes, waitMin, waitMax); changed == nil {
 			return
 		}
 		var rerendered []*renderedTemplate
 		for _, rt := range tt.list {
-			if !rt.usesServices {
+			if !rt.watched() {
 				continue
 			}
 			ok, err := a.renderTemplate(tt, rt)

@@ -215,6 +215,7 @@ type logQuery struct {
 	typ    string // stdout or stderr
 	tail   int64  // the last bytes only (0: all)
 	lines  int    // the last lines only (0: all)
+	from   int64  // from this many bytes after the start (Nomad's origin start)
 	follow bool
 }
 
@@ -276,32 +277,55 @@ func (a *Agent) taskDead(allocID, task string) func() bool {
 // when following a task not started yet), as the query asks, answering
 // the request itself when it cannot.
 func (a *Agent) startTaskLog(ctx context.Context, w http.ResponseWriter, al *store.Allocation, task string, lq logQuery, dead func() bool) (logfile.Position, bool) {
+	pos, err := a.taskLogStart(ctx, al, task, lq, dead)
+	switch {
+	case ctx.Err() != nil:
+		return pos, false
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, http.StatusNotFound, "%v", err)
+		return pos, false
+	case errors.Is(err, logfile.ErrUnsafe):
+		writeError(w, http.StatusForbidden, "%v", err)
+		return pos, false
+	case err != nil:
+		writeErr(w, err)
+		return pos, false
+	}
+	return pos, true
+}
+
+// taskLogStart finds where the task's log is read from: the Nomad API's
+// logs come here too.
+func (a *Agent) taskLogStart(ctx context.Context, al *store.Allocation, task string, lq logQuery, dead func() bool) (logfile.Position, error) {
 	dir, name := driver.LogDir(filepath.Join(a.cfg.AllocDir(), al.ID)), task+"."+lq.typ
 	// The task sees alloc/logs: every file there is opened only as
 	// logfile.OpenLog allows (a task could plant a symlink or a hard link
 	// to /etc/shadow), and Start opens each one it will serve.
-	pos, err := logfile.Start(dir, name, lq.tail, lq.lines)
+	start := func() (logfile.Position, error) {
+		if lq.from > 0 {
+			return logfile.From(dir, name, lq.from)
+		}
+		return logfile.Start(dir, name, lq.tail, lq.lines)
+	}
+	pos, err := start()
 	for lq.follow && errors.Is(err, os.ErrNotExist) && !dead() {
 		// Not written yet: the task is about to start.
 		select {
 		case <-ctx.Done():
-			return pos, false
+			return pos, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
-		pos, err = logfile.Start(dir, name, lq.tail, lq.lines)
+		pos, err = start()
 	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		writeError(w, http.StatusNotFound, "no %s log for task %s of allocation %s (never written, or its directory was retired)", lq.typ, task, al.ID)
-		return pos, false
+		return pos, fmt.Errorf("no %s log for task %s of allocation %s (never written, or its directory was retired): %w", lq.typ, task, al.ID, err)
 	case errors.Is(err, logfile.ErrUnsafe):
-		writeError(w, http.StatusForbidden, "the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %v", lq.typ, task, al.ID, err)
-		return pos, false
+		return pos, fmt.Errorf("the %s log of task %s of allocation %s is not the file berth's log writer made (a link, or another owner's): not served: %w", lq.typ, task, al.ID, err)
 	case err != nil:
-		writeErr(w, fmt.Errorf("log %s of allocation %s: %w", name, al.ID, err))
-		return pos, false
+		return pos, fmt.Errorf("log %s of allocation %s: %w", name, al.ID, err)
 	}
-	return pos, true
+	return pos, nil
 }
 
 // maxExecCommandBytes bounds an exec request's command (its JSON).
@@ -349,7 +373,10 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("exec in allocation", "alloc_id", al.ID, "task", task, "cmd", strings.Join(eq.cmd, " "), "tty", eq.tty, "remote", r.RemoteAddr)
 	fw := api.NewFrameWriter(brw, brw.Flush)
-	res := a.execSession(al.ID, task, ex, eq, s, brw.Reader, fw)
+	res := a.execSession(al.ID, task, ex, eq, s, execClient{
+		read:  func(s *execStdio, cancel context.CancelFunc) { s.readClient(brw.Reader, cancel) },
+		write: fw.Write,
+	})
 	b, _ := json.Marshal(res)
 	// The client may be gone: nobody to tell then.
 	_ = fw.Write(api.FrameExit, b)
@@ -404,16 +431,27 @@ func parseExecQuery(w http.ResponseWriter, r *http.Request) (eq execQuery, ok bo
 	return eq, true
 }
 
-// execSession runs the command with s as its stdio, pumping it from the
-// client's frames (br) and to the client (fw), and returns its result.
-func (a *Agent) execSession(allocID, task string, ex driver.Execer, eq execQuery, s *execStdio, br *bufio.Reader, fw *api.FrameWriter) api.ExecResult {
+// execClient is the client's end of an exec session: berth's frames, or
+// Nomad's websocket (nomad_allocs.go).
+type execClient struct {
+	// read applies the client's input to s until the client is gone,
+	// then calls cancel.
+	read func(s *execStdio, cancel context.CancelFunc)
+	// write sends output (api.FrameStdout or api.FrameStderr) to the
+	// client.
+	write func(typ byte, p []byte) error
+}
+
+// execSession runs the command with s as its stdio, pumping it from and
+// to the client, and returns its result.
+func (a *Agent) execSession(allocID, task string, ex driver.Execer, eq execQuery, s *execStdio, c execClient) api.ExecResult {
 	// The session ends with the command, with the client's connection
 	// (the command is killed), or with the agent.
 	ctx, cancel := context.WithCancel(a.jobsCtx)
 	defer cancel()
-	go s.readClient(br, cancel)
+	go c.read(s, cancel)
 	var pumps sync.WaitGroup
-	s.pump(&pumps, fw)
+	s.pump(&pumps, c.write)
 
 	req := &driver.ExecRequest{Cmd: eq.cmd, Stdin: s.childIn, Stdout: s.childOut, Stderr: s.childErr, TTY: eq.tty}
 	if eq.tty {
@@ -452,6 +490,8 @@ type execStdio struct {
 	childIn, childOut, childErr *os.File
 	in, out, errOut             *os.File // our ends (tty: master, master, nil)
 	closeOnce                   sync.Once
+	sizeMu                      sync.Mutex
+	closed                      bool // guarded by sizeMu
 }
 
 func newExecStdio(tty bool) (*execStdio, error) {
@@ -494,33 +534,50 @@ func (s *execStdio) readClient(r *bufio.Reader, cancel context.CancelFunc) {
 		}
 		switch typ {
 		case api.FrameStdin:
-			if _, err := s.in.Write(p); err != nil && !s.tty {
-				// The command closed its stdin; what follows is dropped.
-				continue
-			}
+			s.stdin(p)
 		case api.FrameStdinEOF:
-			if s.tty {
-				// A terminal's end of input is its EOF character.
-				_, _ = s.master.Write([]byte{4})
-			} else {
-				s.in.Close()
-			}
+			s.stdinEOF()
 		case api.FrameResize:
-			if rows, cols, ok := api.ParseResize(p); ok && s.tty {
-				_ = pty.SetSize(s.master, rows, cols)
+			if rows, cols, ok := api.ParseResize(p); ok {
+				s.resize(rows, cols)
 			}
 		}
 	}
 }
 
+// stdin passes the client's input to the command; once the command
+// closed its stdin, what follows is dropped.
+func (s *execStdio) stdin(p []byte) { _, _ = s.in.Write(p) }
+
+// stdinEOF ends the command's input.
+func (s *execStdio) stdinEOF() {
+	if s.tty {
+		// A terminal's end of input is its EOF character.
+		_, _ = s.master.Write([]byte{4})
+	} else {
+		s.in.Close()
+	}
+}
+
+// resize sets the terminal's size. A client's reader may still resize
+// while the session closes: the master's descriptor is read under
+// sizeMu, which close takes.
+func (s *execStdio) resize(rows, cols uint16) {
+	s.sizeMu.Lock()
+	defer s.sizeMu.Unlock()
+	if s.tty && !s.closed {
+		_ = pty.SetSize(s.master, rows, cols)
+	}
+}
+
 // pump sends the command's output to the client until EOF.
-func (s *execStdio) pump(wg *sync.WaitGroup, fw *api.FrameWriter) {
+func (s *execStdio) pump(wg *sync.WaitGroup, write func(typ byte, p []byte) error) {
 	copyOut := func(f *os.File, typ byte) {
 		defer wg.Done()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := f.Read(buf)
-			if n > 0 && fw.Write(typ, buf[:n]) != nil {
+			if n > 0 && write(typ, buf[:n]) != nil {
 				return
 			}
 			if err != nil {
@@ -557,6 +614,9 @@ func (s *execStdio) closeOutputs() {
 }
 
 func (s *execStdio) close() {
+	s.sizeMu.Lock()
+	s.closed = true
+	s.sizeMu.Unlock()
 	s.closeChild()
 	for _, f := range []*os.File{s.in, s.out, s.errOut} {
 		if f != nil {

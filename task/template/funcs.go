@@ -24,9 +24,8 @@ import (
 var (
 	consulFuncs = []string{"key", "keyExists", "keyOrDefault", "ls", "safeLs", "tree", "safeTree",
 		"service", "services", "connect", "caRoots", "caLeaf", "node", "nodes", "datacenters", "checks"}
-	vaultFuncs    = []string{"secret", "secrets", "pkiCert"}
-	nomadVarFuncs = []string{"nomadVar", "nomadVarList", "nomadVarListSafe", "nomadVarExists"}
-	deniedFuncs   = []string{"plugin", "writeToFile"}
+	vaultFuncs  = []string{"secret", "secrets", "pkiCert"}
+	deniedFuncs = []string{"plugin", "writeToFile"}
 )
 
 // refusal says why name cannot be used, or "" when it can.
@@ -38,9 +37,6 @@ func refusal(name string) (summary, detail string) {
 	case contains(vaultFuncs, name):
 		return fmt.Sprintf("template function %q reads Vault, and no Vault is configured", name),
 			"berth has no Vault: pass secrets another way (an artifact, a file in secrets/)"
-	case contains(nomadVarFuncs, name):
-		return fmt.Sprintf("template function %q reads Nomad variables, which berth does not store", name),
-			"berth has no variables store: use the job's meta, env or a file instead"
 	case contains(deniedFuncs, name):
 		return fmt.Sprintf("template function %q is disabled, as in Nomad's default function_denylist", name), ""
 	}
@@ -61,7 +57,7 @@ func contains(l []string, s string) bool {
 func names() map[string]any {
 	m := funcs(&render{})
 	stub := func(...any) (any, error) { return nil, nil }
-	for _, l := range [][]string{consulFuncs, vaultFuncs, nomadVarFuncs, deniedFuncs} {
+	for _, l := range [][]string{consulFuncs, vaultFuncs, deniedFuncs} {
 		for _, n := range l {
 			m[n] = stub
 		}
@@ -79,7 +75,12 @@ func funcs(r *render) map[string]any {
 		"file":          r.file,
 		"nomadService":  r.nomadService,
 		"nomadServices": r.nomadServices,
-		"sockaddr":      sockaddr,
+		// Nomad Variables of the job's own paths.
+		"nomadVar":         r.nomadVar,
+		"nomadVarExists":   r.nomadVarExists,
+		"nomadVarList":     r.nomadVarList,
+		"nomadVarListSafe": r.nomadVarList,
+		"sockaddr":         sockaddr,
 		// consul-template's helpers.
 		"executeTemplate": r.executeTemplate,
 		"timestamp":       timestamp,

@@ -75,6 +75,8 @@ type Context struct {
 	Namespace string
 	// Catalog answers nomadService; nil means no services at all.
 	Catalog Catalog
+	// Vars answers nomadVar and nomadVarList; nil means no variables.
+	Vars Variables
 }
 
 // Result is a rendered template.
@@ -83,6 +85,9 @@ type Result struct {
 	// UsesServices is set when the template called nomadService or
 	// nomadServices: it must be rendered again when the catalog changes.
 	UsesServices bool
+	// UsesVars is set when the template read Nomad Variables: it must be
+	// rendered again when they change.
+	UsesVars bool
 }
 
 // render is the state of one execution.
@@ -90,6 +95,7 @@ type render struct {
 	ctx          Context
 	tmpl         *gotemplate.Template
 	usesServices bool
+	usesVars     bool
 }
 
 // Render executes in against c.
@@ -114,7 +120,7 @@ func Render(in Input, c Context) (*Result, error) {
 	if err := t.Execute(&b, nil); err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}
-	return &Result{Output: b.Bytes(), UsesServices: r.usesServices}, nil
+	return &Result{Output: b.Bytes(), UsesServices: r.usesServices, UsesVars: r.usesVars}, nil
 }
 
 func (r *render) env(name string) string { return r.ctx.Env[name] }

@@ -1,8 +1,10 @@
 package template
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -118,7 +120,7 @@ func TestCheck(t *testing.T) {
 		{"consul service", `{{ range service "web" }}{{ end }}`, 1, 10, "reads Consul"},
 		{"vault", "{{ with secret \"db/creds\" }}{{ .Data.u }}{{ end }}", 1, 9, "reads Vault, and no Vault is configured"},
 		{"pkiCert in if", "{{ if true }}\n{{ pkiCert \"x\" }}{{ end }}", 2, 4, "reads Vault"},
-		{"nomadVar", `{{ with nomadVar "nomad/jobs/x" }}{{ end }}`, 1, 9, "berth does not store"},
+		{"nomadVar", `{{ with nomadVar "nomad/jobs/x" }}{{ .k }}{{ end }}{{ range nomadVarList }}{{ .Path }}{{ end }}`, 0, 0, ""},
 		{"plugin", `{{ plugin "x" }}`, 1, 4, "function_denylist"},
 		{"unknown", "x\n{{ sprig_upper \"a\" }}", 2, 0, `"sprig_upper" does not exist`},
 		{"syntax", "{{ if }}", 1, 0, "missing value for if"},
@@ -154,5 +156,53 @@ func TestParseEnv(t *testing.T) {
 	}
 	if _, err := ParseEnv([]byte("A=1\nnot a pair\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("bad line: %v", err)
+	}
+}
+
+type testVars map[string]map[string]string
+
+func (v testVars) Var(path string) (map[string]string, bool, error) {
+	if path == "denied" {
+		return nil, false, errors.New("access denied")
+	}
+	items, ok := v[path]
+	return items, ok, nil
+}
+
+func (v testVars) List(prefix string) ([]VarMeta, error) {
+	var out []VarMeta
+	for p := range v {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, VarMeta{Namespace: "default", Path: p})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+func TestNomadVar(t *testing.T) {
+	vars := testVars{"nomad/jobs/web": {"user": "u1", "pass": "p1"}, "nomad/jobs/web/g": {"x": "y"}}
+	for _, tc := range []struct {
+		name, text, want, err string
+	}{
+		{"items", `{{ with nomadVar "nomad/jobs/web" }}{{ .user }}:{{ .pass }}{{ end }}`, "u1:p1", ""},
+		{"range", `{{ range $k, $v := nomadVar "nomad/jobs/web" }}{{ $k }}={{ $v }};{{ end }}`, "pass=p1;user=u1;", ""},
+		{"exists", `{{ nomadVarExists "nomad/jobs/web" }} {{ nomadVarExists "nomad/jobs/nope" }}`, "true false", ""},
+		{"list", `{{ range nomadVarList "nomad/jobs/" }}{{ .Path }} {{ end }}`, "nomad/jobs/web nomad/jobs/web/g ", ""},
+		{"missing", `{{ nomadVar "nomad/jobs/nope" }}`, "", "no such variable"},
+		{"denied", `{{ nomadVar "denied" }}`, "", "access denied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Render(Input{Name: "t", Text: tc.text}, Context{Vars: vars})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || string(res.Output) != tc.want || !res.UsesVars {
+				t.Fatalf("got %q (uses vars %v), %v; want %q", res.Output, res.UsesVars, err, tc.want)
+			}
+		})
 	}
 }
