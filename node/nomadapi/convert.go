@@ -74,22 +74,6 @@ func nsOr(ns string) string {
 	return ns
 }
 
-// taskStates are an allocation's tasks with their events, as Nomad's.
-func taskStates(a *api.Allocation) map[string]*napi.TaskState {
-	out := map[string]*napi.TaskState{}
-	for _, t := range a.Tasks {
-		out[t.Name] = &napi.TaskState{State: t.State, Failed: t.Failed, Restarts: uint64(max(t.Restarts, 0)), StartedAt: t.StartedAt, FinishedAt: t.FinishedAt}
-	}
-	for _, e := range a.Events {
-		ts := out[e.Task]
-		if ts == nil {
-			continue
-		}
-		ts.Events = append(ts.Events, &napi.TaskEvent{Type: e.Type, Time: e.Time.UnixNano(), DisplayMessage: e.Message, Message: e.Message})
-	}
-	return out
-}
-
 // nomadJob is berth's job as Nomad's Job. versions: Version 0, its
 // indexes the submit time, until berth keeps job versions.
 func nomadJob(st *api.JobStatus) *napi.Job {
