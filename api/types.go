@@ -635,6 +635,9 @@ type TaskState struct {
 	// NotStarted says why a dead task never ran (its start failed):
 	// ExitCode is then no exit status.
 	NotStarted string `json:"not_started,omitempty"`
+	// Resources are the task's resources block as its job (the current
+	// version) has it; absent when the agent no longer knows the job.
+	Resources *Resources `json:"resources,omitempty"`
 }
 
 // Exit is the task's ExitText.

@@ -55,7 +55,7 @@ func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewRoot(os.Stdout, os.Stderr)
-	root.SetArgs(NomadArgs(args))
+	root.SetArgs(NomadArgs(root, args))
 	if err := root.ExecuteContext(ctx); err != nil {
 		var ec exitCode
 		if errors.As(err, &ec) {

@@ -24,7 +24,7 @@ func runIn(t *testing.T, stdin io.Reader, args ...string) (string, string, error
 	var out, errb bytes.Buffer
 	root := NewRoot(&out, &errb)
 	root.SetIn(stdin)
-	root.SetArgs(NomadArgs(args))
+	root.SetArgs(NomadArgs(root, args))
 	err := root.Execute()
 	return out.String(), errb.String(), err
 }

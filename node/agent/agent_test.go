@@ -123,7 +123,7 @@ func TestSeedJobThroughAPI(t *testing.T) {
 		{"berth_netns_operation_duration_seconds_count", map[string]string{"op": "remove"}, withNetns},
 		{"berth_allocations_total", map[string]string{"status": "complete"}, len(allocs)},
 		{"berth_http_requests_total", map[string]string{"route": "/v1/jobs", "method": "post", "code": "200"}, 1},
-		{"berth_http_requests_total", map[string]string{"route": "/v1/job/{id}", "method": "delete", "code": "200"}, 1},
+		{"berth_http_requests_total", map[string]string{"route": "/v1/job/{id}", "method": "delete", "code": "200"}, 2}, // the stop and the purge
 	} {
 		if got := delta(tc.metric, tc.labels); got != tc.want {
 			t.Errorf("%s%v moved by %d, want %d", tc.metric, tc.labels, got, tc.want)
