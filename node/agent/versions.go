@@ -22,11 +22,11 @@ var ErrIndexMismatch = errors.New("job modify index mismatch")
 // jobVersion is an earlier version of a job, as the store keeps it in
 // its job's record (jobRecord.History).
 type jobVersion struct {
-	Version     uint64 `json:"version"`
-	Source      string `json:"source"`
-	Filename    string `json:"filename"`
+	Version     uint64    `json:"version"`
+	Source      string    `json:"source"`
+	Filename    string    `json:"filename"`
 	SubmittedAt time.Time `json:"submitted_at"`
-	Stable      bool   `json:"stable,omitempty"`
+	Stable      bool      `json:"stable,omitempty"`
 	jobVars
 }
 
