@@ -515,11 +515,18 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 // one started, so that an agent killed in between stops what is left of
 // the old version before it runs the new one.
 func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
-	vars := varsOf(req)
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, vars)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
 		return nil, err
 	}
+	return a.submitParsed(ctx, job, req)
+}
+
+// submitParsed is submit of job, parsed (parseJob) from req's source and
+// variables, which the record keeps to parse it again after a restart.
+func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
+	vars := varsOf(req)
+	var err error
 	unlock := a.keys.Lock(job.ID)
 	defer unlock()
 	if a.isDraining() {
@@ -681,6 +688,12 @@ func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPla
 	if err != nil {
 		return nil, err
 	}
+	return a.planParsed(job)
+}
+
+// planParsed is plan of a parsed job (parseJob).
+func (a *Agent) planParsed(job *jobspec.Job) (*api.JobPlanResponse, error) {
+	var err error
 	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5), Update: api.UpdateCreate}
 	var cur *jobspec.Job
 	live := false

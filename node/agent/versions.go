@@ -322,37 +322,43 @@ func checkIndex(id string, have, want uint64) error {
 	return fmt.Errorf("%w: job %q has modify index %d, not %d: it changed since the plan; plan again and pass its Job Modify Index", ErrIndexMismatch, id, have, want)
 }
 
-// versionsOf lists the kept versions of a job's record, newest first,
-// each parsed again (a version that no longer parses says why).
-func (a *Agent) versionsOf(ctx context.Context, rec jobRecord) *api.JobVersions {
-	out := &api.JobVersions{JobID: rec.ID}
-	cur := jobVersion{Version: rec.Version, Source: rec.Source, Filename: rec.Filename, jobVars: rec.jobVars}
+// VersionedJob is one kept version of a job, parsed again on this node:
+// Job is nil and Err says why when it no longer parses. The Nomad API
+// converts Job to Nomad's job; berth's API to api.Job.
+type VersionedJob struct {
+	Version     uint64
+	Stable      bool
+	Current     bool
+	SubmittedAt time.Time
+	Source      string
+	Filename    string
+	Vars        api.JobSubmitRequest // only EnvVars, VarFiles and Vars are set
+	Job         *jobspec.Job
+	Err         error
+}
+
+// jobVersions lists the kept versions of a job's record, newest first,
+// each parsed again.
+func (a *Agent) jobVersions(ctx context.Context, rec jobRecord) []VersionedJob {
+	cur := jobVersion{Version: rec.Version, Source: rec.Source, Filename: rec.Filename, SubmittedAt: rec.SubmittedAt, jobVars: rec.jobVars}
 	all := append([]jobVersion{cur}, rec.History...)
+	out := make([]VersionedJob, 0, len(all))
 	for i, v := range all {
-		jv := api.JobVersion{
-			Version: v.Version, Stable: v.Stable, Current: i == 0, Source: v.Source, Filename: v.Filename,
-			EnvVars: v.EnvVars, VarFiles: v.VarFiles, Vars: v.Vars,
-		}
-		jv.SubmittedAt = v.SubmittedAt
-		if i == 0 {
-			jv.SubmittedAt = rec.SubmittedAt
+		vj := VersionedJob{
+			Version: v.Version, Stable: v.Stable, Current: i == 0, SubmittedAt: v.SubmittedAt, Source: v.Source, Filename: v.Filename,
+			Vars: api.JobSubmitRequest{EnvVars: v.EnvVars, VarFiles: v.VarFiles, Vars: v.Vars},
 		}
 		r := rec
 		r.Source, r.Filename, r.jobVars = v.Source, v.Filename, v.jobVars
-		j, err := a.parseRecord(ctx, r)
-		if err != nil {
-			jv.ParseError = err.Error()
-		} else {
-			jv.Job = wireJob(j)
-		}
-		out.Versions = append(out.Versions, jv)
+		vj.Job, vj.Err = a.parseRecord(ctx, r)
+		out = append(out, vj)
 	}
 	return out
 }
 
-// JobVersions is GET /v1/job/{id}/versions: the kept versions of a job,
-// newest first.
-func (a *Agent) JobVersions(ctx context.Context, id string) (*api.JobVersions, error) {
+// JobVersionsOf is the kept versions of the job id, newest first, parsed
+// again (for the Nomad API's job versions, inspect and history).
+func (a *Agent) JobVersionsOf(ctx context.Context, id string) ([]VersionedJob, error) {
 	if err := validJobID(id); err != nil {
 		return nil, err
 	}
@@ -366,5 +372,28 @@ func (a *Agent) JobVersions(ctx context.Context, id string) (*api.JobVersions, e
 	if jr == nil {
 		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
 	}
-	return a.versionsOf(ctx, rec), nil
+	return a.jobVersions(ctx, rec), nil
+}
+
+// JobVersions is GET /v1/job/{id}/versions: the kept versions of a job,
+// newest first.
+func (a *Agent) JobVersions(ctx context.Context, id string) (*api.JobVersions, error) {
+	vs, err := a.JobVersionsOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.JobVersions{JobID: id, Versions: []api.JobVersion{}}
+	for _, v := range vs {
+		jv := api.JobVersion{
+			Version: v.Version, Stable: v.Stable, Current: v.Current, SubmittedAt: v.SubmittedAt, Source: v.Source, Filename: v.Filename,
+			EnvVars: v.Vars.EnvVars, VarFiles: v.Vars.VarFiles, Vars: v.Vars.Vars,
+		}
+		if v.Err != nil {
+			jv.ParseError = v.Err.Error()
+		} else {
+			jv.Job = wireJob(v.Job)
+		}
+		out.Versions = append(out.Versions, jv)
+	}
+	return out, nil
 }
