@@ -252,9 +252,16 @@ func planDiff(old, new *jobspec.Job, live bool, update string) (*api.JobDiff, *a
 		for _, tn := range torder {
 			td := api.TaskDiff{Name: tn, Fields: fieldDiffs(without(ot[tn], "name"), without(nt[tn], "name"))}
 			td.Type = diffType(ot[tn], nt[tn], len(td.Fields))
+			switch td.Type {
+			case api.DiffAdded:
+				td.Annotations = []string{"forces create"}
+			case api.DiffDeleted:
+				td.Annotations = []string{"forces destroy"}
+			case api.DiffEdited:
+				td.Annotations = []string{"forces create/destroy update"}
+			}
 			if td.Type != api.DiffNone {
 				tasksChanged++
-				td.Annotations = []string{"forces create/destroy update"}
 			}
 			gd.Tasks = append(gd.Tasks, td)
 		}
