@@ -71,7 +71,7 @@ changed since: 0 means it must not exist.`,
 			w := g.stdout
 			verb := fmt.Sprintf("submitted (version %d)", resp.Version)
 			if resp.Parameterized {
-				verb = fmt.Sprintf("registered (version %d; parameterized: it runs only when dispatched)", resp.Version)
+				verb = fmt.Sprintf("registered (parameterized: it runs only when dispatched; version %d)", resp.Version)
 			}
 			switch {
 			case resp.Unchanged:
@@ -130,10 +130,7 @@ replaced, and the Job Modify Index to pass to "berth job run -check-index". Exit
 Nomad's: 0 when no allocation would be created or destroyed, 1 when some would, 255 on an error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fail := func(err error) error {
-				fmt.Fprintf(g.stderr, "berth: %v\n", err)
-				return exitCode(planError)
-			}
+			fail := func(err error) error { return exitError{code: planError, err: err} }
 			req, err := vf.submitRequest(args[0])
 			if err != nil {
 				return fail(err)

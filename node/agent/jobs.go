@@ -611,6 +611,9 @@ func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobS
 	if err := a.putRecord(ctx, jr.rec); err != nil {
 		return nil, err
 	}
+	if jr.rec.StopOld {
+		fault.Point(fault.ReplaceRecorded)
+	}
 	a.mu.Lock()
 	a.jobs[job.ID] = jr
 	if old != nil && old.cancel != nil {

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth/berth/api"
+	"github.com/berth/berth/internal/fault"
 	"github.com/berth/berth/internal/testenv"
 	"github.com/berth/berth/job/jobspec"
 )
@@ -282,4 +284,47 @@ func TestJobStopPurge(t *testing.T) {
 	if l := allocsOf(t, c, "btjv-svc"); countStatus(l, api.AllocRunning)+countStatus(l, api.AllocPending) != 0 {
 		t.Errorf("purged job left allocations: %+v", l)
 	}
+}
+
+// TestJobVersionReplaceCrash: the agent dies after recording a new
+// version, before the old one stopped. The next agent stops the old
+// version's allocation, then runs the new version's: never both.
+func TestJobVersionReplaceCrash(t *testing.T) {
+	e := newTestEnv(t, "10.199.170.0/24")
+	e.cfg.Bridge.Subnet = "10.199.171.0/24"
+	before := hostSnapshot(t)
+	c, err := api.NewClient("unix://"+e.cfg.API.Socket, "")
+	testenv.Must(t, err)
+	defer c.Close()
+	cfgPath := e.writeConfig(t)
+	const job = "btjv-svc"
+	pa := e.startArmed(t, cfgPath, c, fault.ReplaceRecorded, true)
+	_, err = c.SubmitJob(context.Background(), []byte(e.jobSource(t, versionJob("a", "600", ""))), "v.hcl")
+	testenv.Must(t, err)
+	old := oneRunning(t, c, job)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, _ = c.SubmitJob(ctx, []byte(e.jobSource(t, versionJob("a", "601", ""))), "v.hcl") // the agent dies answering it
+	}()
+	diedAt(t, pa, fault.ReplaceRecorded)
+	p := e.startBinary(t, cfgPath, c)
+	cur := oneRunning(t, c, job)
+	if cur == old {
+		t.Errorf("the next agent resumed the old version's allocation %s", old)
+	}
+	al, err := c.Allocation(context.Background(), old)
+	testenv.Must(t, err)
+	if al.Status == api.AllocRunning || al.Status == api.AllocPending {
+		t.Errorf("the old version's allocation is %s", al.Status)
+	}
+	st, err := c.Job(context.Background(), job)
+	testenv.Must(t, err)
+	if st.Version != 1 || st.Status != api.JobRunning || countStatus(st.Allocations, api.AllocRunning) != 1 {
+		t.Errorf("after the restart: version %d status %s allocations %+v", st.Version, st.Status, st.Allocations)
+	}
+	if st.Job == nil || len(st.Job.Groups) != 1 || st.Job.Groups[0].Tasks[0].Config["args"] == nil || !strings.Contains(fmt.Sprint(st.Job.Groups[0].Tasks[0].Config["args"]), "601") {
+		t.Errorf("the running version is not the new one: %+v", st.Job)
+	}
+	e.stopAndDrain(t, c, p, []string{job}, before)
 }
