@@ -71,7 +71,7 @@ changed since: 0 means it must not exist.`,
 			w := g.stdout
 			verb := fmt.Sprintf("submitted (version %d)", resp.Version)
 			if resp.Parameterized {
-				verb = fmt.Sprintf("registered (parameterized: it runs only when dispatched; version %d)", resp.Version)
+				verb = fmt.Sprintf("registered (parameterized: it runs only when dispatched), version %d", resp.Version)
 			}
 			switch {
 			case resp.Unchanged:

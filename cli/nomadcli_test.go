@@ -185,7 +185,8 @@ func TestExecNoDashDash(t *testing.T) {
 	if out, _, err := berth("job", "run", "-check-index", "1", file); err != nil || !strings.Contains(out, "replaced") {
 		t.Errorf("job run -check-index 1: %q %v", out, err)
 	}
-	if _, _, err := berth("job", "plan", filepath.Join(dir, "missing.hcl")); !errors.As(err, &ec) || int(ec) != 255 {
+	var ee exitError
+	if _, _, err := berth("job", "plan", filepath.Join(dir, "missing.hcl")); !errors.As(err, &ee) || ee.code != 255 || !strings.Contains(err.Error(), "missing.hcl") {
 		t.Errorf("plan of a missing file: %v; want exit 255", err)
 	}
 	if out, _, err := berth("job", "history", "btcli-nomad"); err != nil || strings.Count(out, "Version ") != 2 {
