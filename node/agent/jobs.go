@@ -585,42 +585,58 @@ func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobS
 	case api.UpdateInPlace:
 		// The runner goes on with the job it started with: its running
 		// allocations keep the job meta they started with until they are
-		// replaced (tasks read it as NOMAD_META_*).
+		// replaced (tasks read it as NOMAD_META_*). The run's record is
+		// the new version's before it is written, so that nothing the
+		// run writes meanwhile (a launch, its end) puts the old one back.
+		a.mu.Lock()
+		savedRec, savedJob := old.rec, old.job
+		rec.LastLaunch = old.rec.LastLaunch
+		old.rec, old.job = rec, job
+		a.mu.Unlock()
 		if err := a.putRecord(ctx, rec); err != nil {
+			a.mu.Lock()
+			old.rec, old.job = savedRec, savedJob
+			a.mu.Unlock()
 			return nil, err
 		}
-		a.mu.Lock()
-		if a.jobs[job.ID] == old {
-			rec.LastLaunch = old.rec.LastLaunch
-			old.rec, old.job = rec, job
-		}
-		a.mu.Unlock()
 		a.log.Info("job updated in place", "job", job.ID, "version", rec.Version)
 		return resp, nil
 	}
 
 	jr := &jobRun{job: job, rec: rec}
 	var oldDone chan struct{}
+	// The new run takes the old one's place before the new version is
+	// written: the old run, ending meanwhile, then writes nothing over it.
 	a.mu.Lock()
-	if old != nil && old.cancel != nil {
+	replacing := old != nil && old.cancel != nil
+	if replacing {
 		oldDone = old.done
-		jr.rec.StopOld = true
+		// Status running while it waits for the old run to end.
+		jr.rec.StopOld, jr.pending = true, true
+		old.replacing = true
 	}
+	a.jobs[job.ID] = jr
 	a.mu.Unlock()
 	// Recorded before anything of the old version stops.
 	if err := a.putRecord(ctx, jr.rec); err != nil {
+		a.mu.Lock()
+		if old != nil {
+			a.jobs[job.ID] = old
+			old.replacing = false
+		} else {
+			delete(a.jobs, job.ID)
+		}
+		a.mu.Unlock()
 		return nil, err
 	}
-	if jr.rec.StopOld {
+	if replacing {
 		fault.Point(fault.ReplaceRecorded)
 	}
 	a.mu.Lock()
-	a.jobs[job.ID] = jr
-	if old != nil && old.cancel != nil {
-		old.replacing = true
+	if replacing && old.cancel != nil {
 		old.cancel()
-		resp.Replaced = true
 	}
+	resp.Replaced = replacing
 	a.mu.Unlock()
 	if jr.rec.Status == api.JobRegistered {
 		return resp, nil
@@ -630,9 +646,6 @@ func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobS
 		if err := a.wait(ctx, oldDone); err != nil {
 			// Started once the old run is gone; the record already
 			// says so for a later agent.
-			a.mu.Lock()
-			jr.pending = true
-			a.mu.Unlock()
 			go func() {
 				select {
 				case <-oldDone:
@@ -650,6 +663,9 @@ func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobS
 			return resp, nil
 		}
 	}
+	a.mu.Lock()
+	jr.pending = false
+	a.mu.Unlock()
 	if err := a.start(jr); err != nil {
 		// Recorded as running: it starts with the next agent.
 		return nil, err
