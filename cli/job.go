@@ -98,6 +98,7 @@ changed since: 0 means it must not exist.`,
 	cmd.Flags().Uint64Var(&checkIndex, "check-index", 0, "submit only if the job's modify index is this one (berth job plan prints it; 0: the job must not exist)")
 	// berth's job run never waits for the job: -detach is what it does.
 	cmd.Flags().BoolVar(&detach, "detach", false, "return once the job is submitted (always so: accepted for Nomad's command lines)")
+	cmd.Flags().Bool("verbose", false, "accepted for Nomad's command lines: berth prints the full job ID always")
 	return cmd
 }
 
@@ -121,8 +122,9 @@ const (
 func newJobPlanCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 	vf := &VarFlags{}
 	var verbose bool
+	diff := true
 	cmd := &cobra.Command{
-		Use:   "plan [-var NAME=VALUE]... [-var-file FILE]... [-verbose] JOBFILE",
+		Use:   "plan [-var NAME=VALUE]... [-var-file FILE]... [-verbose] [-diff=false] JOBFILE",
 		Short: "Show what submitting a job would change (a diff against the running version); changes nothing",
 		Long: `Plan a job as Nomad's "job plan": the diff against the job's current version ("+" added, "-"
 removed, "+/-" changed), per group the allocations created, destroyed, updated in place or
@@ -150,6 +152,9 @@ Nomad's: 0 when no allocation would be created or destroyed, 1 when some would, 
 					return fail(err)
 				}
 			} else {
+				if !diff {
+					resp.Diff = nil
+				}
 				printPlan(g.stdout, resp, args[0], verbose)
 			}
 			if code == planNoChange {
@@ -160,6 +165,7 @@ Nomad's: 0 when no allocation would be created or destroyed, 1 when some would, 
 	}
 	vf.register(cmd)
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "show every field of an added job or group, not only the changed ones")
+	cmd.Flags().BoolVar(&diff, "diff", true, "print the diff (-diff=false: only the allocations' counts and the modify index)")
 	return cmd
 }
 
@@ -194,40 +200,8 @@ var updateKeys = []string{api.UpdateKeyCreate, api.UpdateKeyDestroy, api.UpdateK
 
 // printPlan prints a plan as Nomad's `job plan` does.
 func printPlan(w io.Writer, p *api.JobPlanResponse, file string, verbose bool) {
-	d := p.Diff
-	if d == nil {
-		d = &api.JobDiff{Type: api.DiffNone, ID: p.Job.ID}
-	}
-	mark := diffMark(d.Type)
-	fmt.Fprintf(w, "%s Job: %q\n", mark, d.ID)
-	if d.Type == api.DiffEdited || verbose {
-		printFields(w, "", d.Fields)
-	}
-	for _, tg := range d.TaskGroups {
-		var ups []string
-		for _, k := range updateKeys {
-			if n := tg.Updates[k]; n > 0 {
-				ups = append(ups, fmt.Sprintf("%d %s", n, k))
-			}
-		}
-		fmt.Fprintf(w, "%s Task Group: %q", diffMark(tg.Type), tg.Name)
-		if len(ups) > 0 {
-			fmt.Fprintf(w, " (%s)", strings.Join(ups, ", "))
-		}
-		fmt.Fprintln(w)
-		if tg.Type == api.DiffEdited || verbose {
-			printFields(w, "  ", tg.Fields)
-		}
-		for _, t := range tg.Tasks {
-			fmt.Fprintf(w, "  %s Task: %q", diffMark(t.Type), t.Name)
-			if len(t.Annotations) > 0 {
-				fmt.Fprintf(w, " (%s)", strings.Join(t.Annotations, ", "))
-			}
-			fmt.Fprintln(w)
-			if t.Type == api.DiffEdited || verbose {
-				printFields(w, "    ", t.Fields)
-			}
-		}
+	if d := p.Diff; d != nil {
+		printDiff(w, d, verbose)
 	}
 	fmt.Fprintf(w, "\nScheduler dry-run:\n- All tasks successfully allocated.\n")
 	for _, wn := range p.Warnings {
@@ -498,4 +472,38 @@ func shortID(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// printDiff prints a job's diff as Nomad's plan does.
+func printDiff(w io.Writer, d *api.JobDiff, verbose bool) {
+	fmt.Fprintf(w, "%s Job: %q\n", diffMark(d.Type), d.ID)
+	if d.Type == api.DiffEdited || verbose {
+		printFields(w, "", d.Fields)
+	}
+	for _, tg := range d.TaskGroups {
+		var ups []string
+		for _, k := range updateKeys {
+			if n := tg.Updates[k]; n > 0 {
+				ups = append(ups, fmt.Sprintf("%d %s", n, k))
+			}
+		}
+		fmt.Fprintf(w, "%s Task Group: %q", diffMark(tg.Type), tg.Name)
+		if len(ups) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(ups, ", "))
+		}
+		fmt.Fprintln(w)
+		if tg.Type == api.DiffEdited || verbose {
+			printFields(w, "  ", tg.Fields)
+		}
+		for _, t := range tg.Tasks {
+			fmt.Fprintf(w, "  %s Task: %q", diffMark(t.Type), t.Name)
+			if len(t.Annotations) > 0 {
+				fmt.Fprintf(w, " (%s)", strings.Join(t.Annotations, ", "))
+			}
+			fmt.Fprintln(w)
+			if t.Type == api.DiffEdited || verbose {
+				printFields(w, "    ", t.Fields)
+			}
+		}
+	}
 }
