@@ -256,9 +256,11 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 			continue
 		}
 		if rec.Status == api.JobRunning {
-			if perr == nil || rec.StopOld {
+			if perr == nil {
 				// With StopOld, what is claimed is the replaced
-				// version's: start stops it before this one runs.
+				// version's: start stops it before this one runs. (A
+				// job that no longer parses claims nothing: the
+				// reconcile stops its allocations as orphans.)
 				jr.adopt = a.claimAllocs(ctx, rec.ID, log)
 			}
 			switch {
