@@ -316,10 +316,35 @@ func (c *Client) Job(ctx context.Context, id string) (*JobStatus, error) {
 	return &r, err
 }
 
-// StopJob stops a job (its tasks and networks) and forgets it.
+// StopJob stops a job (its tasks and networks); it stays known as dead
+// until purged (StopJobWith).
 func (c *Client) StopJob(ctx context.Context, id string) (*JobStopResponse, error) {
+	return c.StopJobWith(ctx, id, JobStopOptions{})
+}
+
+// StopJobWith stops a job with options: purge forgets it once stopped,
+// detach answers without waiting.
+func (c *Client) StopJobWith(ctx context.Context, id string, o JobStopOptions) (*JobStopResponse, error) {
+	q := url.Values{}
+	if o.Purge {
+		q.Set("purge", "true")
+	}
+	if o.Detach {
+		q.Set("detach", "true")
+	}
+	path := "/v1/job/" + url.PathEscape(id)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
 	var r JobStopResponse
-	_, err := c.call(ctx, http.MethodDelete, "/v1/job/"+url.PathEscape(id), nil, &r)
+	_, err := c.call(ctx, http.MethodDelete, path, nil, &r)
+	return &r, err
+}
+
+// JobVersions lists the versions the agent keeps of a job, newest first.
+func (c *Client) JobVersions(ctx context.Context, id string) (*JobVersions, error) {
+	var r JobVersions
+	_, err := c.call(ctx, http.MethodGet, "/v1/job/"+url.PathEscape(id)+"/versions", nil, &r)
 	return &r, err
 }
 

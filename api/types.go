@@ -16,7 +16,8 @@
 //	POST   /v1/jobs                          JobSubmitRequest -> JobSubmitResponse
 //	POST   /v1/jobs/plan                     JobSubmitRequest -> JobPlanResponse
 //	GET    /v1/job/{id}                      JobStatus
-//	DELETE /v1/job/{id}                      JobStopResponse (202 while still stopping)
+//	DELETE /v1/job/{id}[?purge=true][&detach=true]  JobStopResponse (202 while still stopping)
+//	GET    /v1/job/{id}/versions             JobVersions, newest first
 //	POST   /v1/job/{id}/dispatch             JobDispatchRequest -> JobDispatchResponse
 //	GET    /v1/allocations[?job=ID]          []AllocStub, newest first
 //	GET    /v1/allocation/{id}               Allocation (an ID prefix is accepted)
@@ -194,6 +195,11 @@ type JobSubmitRequest struct {
 	EnvVars  []string  `json:"env_vars,omitempty"`
 	VarFiles []VarFile `json:"var_files,omitempty"`
 	Vars     []string  `json:"vars,omitempty"`
+	// EnforceIndex makes POST /v1/jobs refuse (409) unless the job's
+	// current JobModifyIndex is JobModifyIndex (0: the job must not
+	// exist), as `nomad job run -check-index`.
+	EnforceIndex   bool   `json:"enforce_index,omitempty"`
+	JobModifyIndex uint64 `json:"job_modify_index,omitempty"`
 }
 
 // VarFile is one -var-file: Name (its base name) says its format, JSON
@@ -235,7 +241,36 @@ type JobSubmitResponse struct {
 	// Parameterized: the job is registered and runs only when dispatched
 	// (POST /v1/job/{id}/dispatch).
 	Parameterized bool `json:"parameterized,omitempty"`
+	// Update says what the submission did to a job already known: one of
+	// UpdateCreate, UpdateNone, UpdateInPlace, UpdateDestructive.
+	// Unchanged is Update == UpdateNone: the same job (comments and
+	// layout do not count) was live, nothing was stopped or restarted
+	// and no version was made.
+	Update    string `json:"update"`
+	Unchanged bool   `json:"unchanged,omitempty"`
+	// Version is the job's version after the submission (0 for a new
+	// job, +1 per change, as Nomad's); JobModifyIndex is what -check-index
+	// compares with.
+	Version        uint64 `json:"version"`
+	JobModifyIndex uint64 `json:"job_modify_index"`
 }
+
+// What a submission does to the job known under its ID
+// (JobSubmitResponse.Update, JobPlanResponse.Update).
+const (
+	// UpdateCreate: no live job had that ID (none, or a dead or stopped
+	// one): the job starts.
+	UpdateCreate = "create"
+	// UpdateNone: the live job is the same; nothing happens.
+	UpdateNone = "none"
+	// UpdateInPlace: only fields that do not reach the tasks changed
+	// (the job's meta, priority, datacenters): a new version is
+	// recorded, the allocations keep running.
+	UpdateInPlace = "in-place"
+	// UpdateDestructive: the running allocations are stopped and
+	// replaced by the new version's.
+	UpdateDestructive = "destructive"
+)
 
 // JobPlanResponse answers POST /v1/jobs/plan: what submitting would do.
 type JobPlanResponse struct {
@@ -246,6 +281,122 @@ type JobPlanResponse struct {
 	Running      bool        `json:"running"`
 	Warnings     []string    `json:"warnings,omitempty"`      // as in JobSubmitResponse
 	NextLaunches []time.Time `json:"next_launches,omitempty"` // as in JobSubmitResponse
+	// Update is what submitting would do (UpdateCreate, ...); Diff is the
+	// job against the current version (Type DiffNone when unchanged);
+	// Annotations count the allocations per group, as Nomad's plan.
+	Update      string           `json:"update"`
+	Diff        *JobDiff         `json:"diff,omitempty"`
+	Annotations *PlanAnnotations `json:"annotations,omitempty"`
+	// JobModifyIndex is the current job's (0: none), for
+	// JobSubmitRequest.JobModifyIndex (-check-index); Version its version.
+	JobModifyIndex uint64 `json:"job_modify_index"`
+	Version        uint64 `json:"version"`
+	// CreatesOrDestroys is true when submitting would create or destroy
+	// allocations: `job plan` then exits 1, as Nomad's.
+	CreatesOrDestroys bool `json:"creates_or_destroys"`
+}
+
+// Diff types, as Nomad's.
+const (
+	DiffAdded   = "Added"
+	DiffDeleted = "Deleted"
+	DiffEdited  = "Edited"
+	DiffNone    = "None"
+)
+
+// Keys of TaskGroupDiff.Updates, as Nomad's plan annotations.
+const (
+	UpdateKeyCreate      = "create"
+	UpdateKeyDestroy     = "destroy"
+	UpdateKeyInPlace     = "in-place update"
+	UpdateKeyDestructive = "create/destroy update"
+	UpdateKeyIgnore      = "ignore"
+)
+
+// JobDiff is a job against the current version, shaped as Nomad's
+// structs.JobDiff. Field names are paths of the job's JSON (GET
+// /v1/job/{id} "job"), without positions: "priority", "meta.owner",
+// "network.ports[0].to".
+type JobDiff struct {
+	Type       string          `json:"type"` // DiffAdded, DiffDeleted, DiffEdited or DiffNone
+	ID         string          `json:"id"`
+	Fields     []FieldDiff     `json:"fields,omitempty"`
+	TaskGroups []TaskGroupDiff `json:"task_groups,omitempty"`
+}
+
+// FieldDiff is one changed field; Old or New is "" when it was added or
+// deleted.
+type FieldDiff struct {
+	Type        string   `json:"type"`
+	Name        string   `json:"name"`
+	Old         string   `json:"old,omitempty"`
+	New         string   `json:"new,omitempty"`
+	Annotations []string `json:"annotations,omitempty"`
+}
+
+// TaskGroupDiff is one group's diff. Updates counts its allocations by
+// what happens to them (UpdateKeyCreate, ...).
+type TaskGroupDiff struct {
+	Type    string            `json:"type"`
+	Name    string            `json:"name"`
+	Fields  []FieldDiff       `json:"fields,omitempty"`
+	Tasks   []TaskDiff        `json:"tasks,omitempty"`
+	Updates map[string]uint64 `json:"updates,omitempty"`
+}
+
+// TaskDiff is one task's diff; Annotations say what it forces ("forces
+// create/destroy update").
+type TaskDiff struct {
+	Type        string      `json:"type"`
+	Name        string      `json:"name"`
+	Fields      []FieldDiff `json:"fields,omitempty"`
+	Annotations []string    `json:"annotations,omitempty"`
+}
+
+// PlanAnnotations are Nomad's plan annotations: per group, how many
+// allocations each kind of update touches.
+type PlanAnnotations struct {
+	DesiredTGUpdates map[string]DesiredUpdates `json:"desired_tg_updates"`
+}
+
+// DesiredUpdates is Nomad's structs.DesiredUpdates for one group.
+type DesiredUpdates struct {
+	Ignore            uint64 `json:"ignore"`
+	Place             uint64 `json:"place"`
+	Stop              uint64 `json:"stop"`
+	InPlaceUpdate     uint64 `json:"in_place_update"`
+	DestructiveUpdate uint64 `json:"destructive_update"`
+}
+
+// JobVersions is GET /v1/job/{id}/versions: the versions the agent
+// keeps of a job (at most MaxJobVersions), newest first.
+type JobVersions struct {
+	JobID    string       `json:"job_id"`
+	Versions []JobVersion `json:"versions"`
+}
+
+// MaxJobVersions is how many versions of a job the agent keeps, the
+// current one included, as Nomad's server keeps (JobTrackedVersions).
+const MaxJobVersions = 6
+
+// JobVersion is one kept version of a job: its source and variables as
+// submitted, and the job they parse to now (nil, with ParseError, if
+// they no longer parse on this node).
+type JobVersion struct {
+	Version     uint64    `json:"version"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	// Stable: Nomad marks a version stable once its deployment is
+	// healthy; berth marks one stable when a newer version replaces it
+	// while it ran without error.
+	Stable     bool      `json:"stable"`
+	Current    bool      `json:"current"`
+	Source     string    `json:"source"`
+	Filename   string    `json:"filename"`
+	EnvVars    []string  `json:"env_vars,omitempty"`
+	VarFiles   []VarFile `json:"var_files,omitempty"`
+	Vars       []string  `json:"vars,omitempty"`
+	Job        *Job      `json:"job,omitempty"`
+	ParseError string    `json:"parse_error,omitempty"`
 }
 
 // Job statuses.
@@ -279,6 +430,11 @@ type JobStub struct {
 	// Error says why a job is dead without having run to its end (it
 	// could not be resumed after a restart, for instance).
 	Error string `json:"error,omitempty"`
+	// Stopped: `job stop` stopped it (status dead, kept until a purge);
+	// Version and JobModifyIndex are its current version's.
+	Stopped        bool   `json:"stopped,omitempty"`
+	Version        uint64 `json:"version"`
+	JobModifyIndex uint64 `json:"job_modify_index"`
 }
 
 // JobStatus is GET /v1/job/{id}. Its allocations_by_status is the
@@ -298,11 +454,22 @@ type JobStatus struct {
 
 // JobStopResponse answers DELETE /v1/job/{id}. Stopped is false (with
 // status 202) when the job was still stopping when the agent stopped
-// waiting; it goes on stopping and is removed when done.
+// waiting (or was asked not to wait: detach); it goes on stopping. A
+// stopped job stays known as dead (Stopped) until a purge forgets it
+// (Purged).
 type JobStopResponse struct {
 	JobID   string      `json:"job_id"`
 	Stopped bool        `json:"stopped"`
+	Purged  bool        `json:"purged,omitempty"`
 	Summary *JobSummary `json:"summary,omitempty"`
+}
+
+// JobStopOptions are DELETE /v1/job/{id}'s query: purge=true forgets
+// the job once stopped (as `nomad job stop -purge`); detach=true answers
+// at once, without waiting for the tasks and networks to be gone.
+type JobStopOptions struct {
+	Purge  bool
+	Detach bool
 }
 
 // JobSummary is what a run of a job did.
@@ -468,6 +635,9 @@ type TaskState struct {
 	// NotStarted says why a dead task never ran (its start failed):
 	// ExitCode is then no exit status.
 	NotStarted string `json:"not_started,omitempty"`
+	// Resources are the task's resources block as its job (the current
+	// version) has it; absent when the agent no longer knows the job.
+	Resources *Resources `json:"resources,omitempty"`
 }
 
 // Exit is the task's ExitText.

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -221,8 +224,16 @@ func agentCall[T any](cf *ClientFlags, call func(*api.Client) (T, error)) (T, er
 
 // agentErr adds what to do to an error of a command that needs an agent.
 func agentErr(err error) error {
-	if errors.Is(err, api.ErrNoAgent) {
+	var ae *api.Error
+	var ua x509.UnknownAuthorityError
+	var cv *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, api.ErrNoAgent):
 		return fmt.Errorf("%w\nstart one with `berth agent` (or point --address / %s at one)", err, api.EnvAddress)
+	case errors.As(err, &ae) && ae.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("%w\nthe agent's TCP address wants its bearer token: set %s, or name a file holding it with --token-file (or %s)", err, api.EnvToken, api.EnvTokenFile)
+	case errors.As(err, &ua), errors.As(err, &cv), strings.Contains(err.Error(), "x509: "):
+		return fmt.Errorf("%w\nthe agent's certificate is not trusted here: name the CA that signed it with --ca-cert (or %s)", err, api.EnvCACert)
 	}
 	return err
 }

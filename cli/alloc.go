@@ -2,6 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,6 +28,7 @@ func newAllocCmd(g *Globals) *cobra.Command {
 
 func newAllocLsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 	var job string
+	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List allocations, newest first",
@@ -41,16 +45,18 @@ func newAllocLsCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 				fmt.Fprintln(g.stdout, "no allocations")
 				return nil
 			}
-			return printAllocTable(g, allocs)
+			return printAllocTable(g, allocs, verbose)
 		},
 	}
 	cmd.Flags().StringVar(&job, "job", "", "only the allocations of this job")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "full allocation IDs")
 	return cmd
 }
 
 func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status ALLOC",
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "status [-verbose] ALLOC",
 		Short: "Show an allocation: status, tasks and exit codes, network status, events (an ID prefix is enough)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +70,9 @@ func newAllocStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			return printAlloc(g, a)
 		},
 	}
+	// berth's alloc status always shows everything, full IDs included.
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "accepted for Nomad's command lines: the output is always complete")
+	return cmd
 }
 
 func printAlloc(g *Globals, a *api.Allocation) error {
@@ -128,6 +137,9 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 		}
 	}
 
+	if err := printAllocPorts(g.stdout, a); err != nil {
+		return err
+	}
 	fmt.Fprintf(g.stdout, "\nTasks\n")
 	w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  NAME\tDRIVER\tSTATE\tFAILED\tEXIT\tSIGNAL\tRESTARTS\tSTARTED\tFINISHED")
@@ -141,6 +153,9 @@ func printAlloc(g *Globals, a *api.Allocation) error {
 		if t.NotStarted != "" {
 			fmt.Fprintf(g.stdout, "  %s never started: %s\n", t.Name, t.NotStarted)
 		}
+	}
+	if err := printTaskResources(g.stdout, a.Tasks); err != nil {
+		return err
 	}
 
 	if err := printAllocServices(g.stdout, a.Services); err != nil {
@@ -172,4 +187,61 @@ func clock(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("15:04:05.000")
+}
+
+// printAllocPorts is Nomad's "Allocation Addresses": each port label, the
+// host address that reaches it and the port inside the namespace.
+func printAllocPorts(out io.Writer, a *api.Allocation) error {
+	if a.Network == nil || len(a.Network.Ports) == 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "\nAllocation Addresses\n")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  LABEL\tHOST ADDRESS\tTO")
+	for _, p := range a.Network.Ports {
+		host := p.HostIP
+		if host == "" {
+			host = "0.0.0.0"
+		}
+		to := p.To
+		if to <= 0 {
+			to = p.HostPort
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%d\n", p.Label, net.JoinHostPort(host, strconv.Itoa(p.HostPort)), to)
+	}
+	return w.Flush()
+}
+
+// printTaskResources is Nomad's "Task Resources": what each task's
+// resources block asks (the agent's job, current version).
+func printTaskResources(out io.Writer, tasks []api.TaskState) error {
+	some := false
+	for _, t := range tasks {
+		some = some || t.Resources != nil
+	}
+	if !some {
+		return nil
+	}
+	fmt.Fprintf(out, "\nTask Resources\n")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  TASK\tCPU\tMEMORY\tMEMORY MAX")
+	for _, t := range tasks {
+		r := t.Resources
+		if r == nil {
+			continue
+		}
+		cpu := fmt.Sprintf("%d MHz", r.CPU)
+		if r.Cores > 0 {
+			cpu = fmt.Sprintf("%d cores", r.Cores)
+		}
+		memMax := "-"
+		switch {
+		case r.MemoryMaxMB > 0:
+			memMax = fmt.Sprintf("%d MiB", r.MemoryMaxMB)
+		case r.MemoryMaxMB < 0:
+			memMax = "unlimited"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%d MiB\t%s\n", t.Name, cpu, r.MemoryMB, memMax)
+	}
+	return w.Flush()
 }

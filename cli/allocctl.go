@@ -102,18 +102,29 @@ func newAllocExecCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 		task       string
 	)
 	cmd := &cobra.Command{
-		Use:   "exec [-i] [-t] [-task T] ALLOC -- CMD [ARGS...]",
+		Use:   "exec [-i] [-t] [-task T] ALLOC CMD [ARGS...]",
 		Short: "Run a command in an allocation's task context: its network namespace, user, cgroup and filesystem",
 		Long: `Run a command beside a running task, as "nomad alloc exec" does: in the allocation's network
 namespace, as the task's user, in its cgroup and working directory; for an exec task also in its
 root and its PID and IPC namespaces; for a podman task through "podman exec". -i (default on)
 sends this terminal's input; -t gives the command a terminal (default: when stdin and stdout are
-terminals). The exit status is the command's. Put "--" before the command when it has flags.`,
-		Args: cobra.MinimumNArgs(2),
+terminals). The exit status is the command's. As with Nomad's, flags end at the allocation: what
+follows is the command with its own flags ("berth alloc exec ID /bin/sh -c 'echo hi'"); a "--"
+before the command is accepted.`,
+		Args:        cobra.MinimumNArgs(2),
+		Annotations: map[string]string{argsEnd: "the command"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			alloc, command := args[0], args[1:]
 			if d := cmd.ArgsLenAtDash(); d > 1 {
 				return fmt.Errorf("one allocation before --, got %q: the command comes after --", args[:d])
+			}
+			// Flags end at the allocation (SetInterspersed(false)): a "--"
+			// after it is the parser's, not the command's.
+			if command[0] == "--" {
+				command = command[1:]
+			}
+			if len(command) == 0 {
+				return fmt.Errorf("no command after the allocation %s", alloc)
 			}
 			in := os.Stdin
 			if !cmd.Flags().Changed("tty") {
@@ -155,6 +166,7 @@ terminals). The exit status is the command's. Put "--" before the command when i
 		},
 	}
 	f := cmd.Flags()
+	f.SetInterspersed(false)
 	f.BoolVarP(&stdin, "stdin", "i", true, "send this terminal's input to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (default: when stdin and stdout are terminals)")
 	f.StringVar(&task, "task", "", "the task (default: the allocation's only task)")

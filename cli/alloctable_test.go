@@ -40,7 +40,7 @@ func TestPrintAllocTableExit(t *testing.T) {
 			var out bytes.Buffer
 			g := &Globals{Config: node.Default(), stdout: &out}
 			a := api.AllocStub{ID: "0123456789abcdef", JobID: "j", Group: "g", Status: api.AllocRunning, CreatedAt: time.Now(), Tasks: tc.tasks}
-			if err := printAllocTable(g, []api.AllocStub{a}); err != nil {
+			if err := printAllocTable(g, []api.AllocStub{a}, false); err != nil {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(out.String()), "\n")

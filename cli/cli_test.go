@@ -27,7 +27,7 @@ func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	root := NewRoot(&out, &errb)
-	root.SetArgs(NomadArgs(args))
+	root.SetArgs(NomadArgs(root, args))
 	err := root.Execute()
 	return out.String(), errb.String(), err
 }

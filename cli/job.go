@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -20,7 +21,7 @@ func newJobCmd(g *Globals) *cobra.Command {
 		Short: "Submit, plan, stop and inspect jobs in a running berth agent",
 	}
 	cf.register(cmd)
-	cmd.AddCommand(newJobRunCmd(g, cf), newJobPlanCmd(g, cf), newJobDispatchCmd(g, cf), newJobStopCmd(g, cf), newJobStatusCmd(g, cf))
+	cmd.AddCommand(newJobRunCmd(g, cf), newJobPlanCmd(g, cf), newJobDispatchCmd(g, cf), newJobStopCmd(g, cf), newJobStatusCmd(g, cf), newJobHistoryCmd(g, cf))
 	return cmd
 }
 
@@ -34,18 +35,29 @@ func readJobFile(path string) ([]byte, error) {
 
 func newJobRunCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 	vf := &VarFlags{}
+	var checkIndex uint64
+	var detach bool
 	cmd := &cobra.Command{
-		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
-		Short: "Submit a job to the agent (a running job with the same ID is stopped and replaced)",
+		Use:   "run [-var NAME=VALUE]... [-var-file FILE]... [-check-index N] JOBFILE",
+		Short: "Submit a job to the agent: a new version; the same job again changes nothing",
 		Long: `Submit a job to the agent. Its variables go with it: -var, the contents of -var-file and the
 NOMAD_VAR_<name> entries of this environment; the agent resolves them (file() and the other
 filesystem functions stay disabled there, as in Nomad's API). A parameterized job is registered and
-runs only when dispatched (berth job dispatch).`,
+runs only when dispatched (berth job dispatch).
+
+As Nomad's "job run": the same job again (comments and layout do not count) while it runs changes
+nothing; a change of only the job's meta, priority or datacenters is a new version applied in place
+(the allocations keep running); any other change stops the running allocations and replaces them.
+-check-index N (the Job Modify Index "berth job plan" prints) submits only if the job has not
+changed since: 0 means it must not exist.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, err := vf.submitRequest(args[0])
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("check-index") {
+				req.EnforceIndex, req.JobModifyIndex = true, checkIndex
 			}
 			resp, err := agentCall(cf, func(c *api.Client) (*api.JobSubmitResponse, error) {
 				return c.Submit(cmd.Context(), req)
@@ -57,11 +69,16 @@ runs only when dispatched (berth job dispatch).`,
 				return g.PrintJSON(resp)
 			}
 			w := g.stdout
-			verb := "submitted"
+			verb := fmt.Sprintf("submitted (version %d)", resp.Version)
 			if resp.Parameterized {
-				verb = "registered (parameterized: it runs only when dispatched)"
+				verb = fmt.Sprintf("registered (parameterized: it runs only when dispatched), version %d", resp.Version)
 			}
-			if resp.Replaced {
+			switch {
+			case resp.Unchanged:
+				verb = fmt.Sprintf("unchanged (version %d): nothing was stopped or restarted", resp.Version)
+			case resp.Update == api.UpdateInPlace:
+				verb = fmt.Sprintf("updated in place to version %d: its allocations keep running", resp.Version)
+			case resp.Replaced:
 				verb += "; the running version was stopped and replaced"
 			}
 			fmt.Fprintf(w, "job %q %s\n", resp.JobID, verb)
@@ -78,6 +95,10 @@ runs only when dispatched (berth job dispatch).`,
 		},
 	}
 	vf.register(cmd)
+	cmd.Flags().Uint64Var(&checkIndex, "check-index", 0, "submit only if the job's modify index is this one (berth job plan prints it; 0: the job must not exist)")
+	// berth's job run never waits for the job: -detach is what it does.
+	cmd.Flags().BoolVar(&detach, "detach", false, "return once the job is submitted (always so: accepted for Nomad's command lines)")
+	cmd.Flags().Bool("verbose", false, "accepted for Nomad's command lines: berth prints the full job ID always")
 	return cmd
 }
 
@@ -91,69 +112,124 @@ func printLaunches(g *Globals, next []time.Time) {
 	}
 }
 
+// Exit statuses of `job plan`, as Nomad's.
+const (
+	planNoChange = 0   // no allocation created or destroyed
+	planChanges  = 1   // allocations created or destroyed
+	planError    = 255 // the plan failed
+)
+
 func newJobPlanCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 	vf := &VarFlags{}
+	var verbose bool
+	diff := true
 	cmd := &cobra.Command{
-		Use:   "plan [-var NAME=VALUE]... [-var-file FILE]... JOBFILE",
-		Short: "Validate a job in the agent and show what submitting it would do; changes nothing",
-		Args:  cobra.ExactArgs(1),
+		Use:   "plan [-var NAME=VALUE]... [-var-file FILE]... [-verbose] [-diff=false] JOBFILE",
+		Short: "Show what submitting a job would change (a diff against the running version); changes nothing",
+		Long: `Plan a job as Nomad's "job plan": the diff against the job's current version ("+" added, "-"
+removed, "+/-" changed), per group the allocations created, destroyed, updated in place or
+replaced, and the Job Modify Index to pass to "berth job run -check-index". Exit status, as
+Nomad's: 0 when no allocation would be created or destroyed, 1 when some would, 255 on an error.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			fail := func(err error) error { return exitError{code: planError, err: err} }
 			req, err := vf.submitRequest(args[0])
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			resp, err := agentCall(cf, func(c *api.Client) (*api.JobPlanResponse, error) {
 				return c.Plan(cmd.Context(), req)
 			})
 			if err != nil {
-				return err
+				return fail(err)
+			}
+			code := exitCode(planNoChange)
+			if resp.CreatesOrDestroys {
+				code = planChanges
 			}
 			if g.JSON {
-				return g.PrintJSON(resp)
-			}
-			w := g.stdout
-			j := resp.Job
-			switch {
-			case resp.Running:
-				fmt.Fprintf(w, "job %q (%s) is valid; submitting it stops the running version and starts this one\n", j.ID, j.Type)
-			case resp.Exists:
-				fmt.Fprintf(w, "job %q (%s) is valid; submitting it replaces the finished version\n", j.ID, j.Type)
-			default:
-				fmt.Fprintf(w, "job %q (%s) is valid; submitting it creates it\n", j.ID, j.Type)
-			}
-			for _, gr := range j.Groups {
-				var tasks []string
-				for _, t := range gr.Tasks {
-					tasks = append(tasks, t.Name+" ("+t.Driver+")")
+				if err := g.PrintJSON(resp); err != nil {
+					return fail(err)
 				}
-				fmt.Fprintf(w, "  group %q: %d allocation(s) per launch, network %s, tasks: %s\n", gr.Name, gr.Count, gr.Network.Mode, strings.Join(tasks, ", "))
+			} else {
+				if !diff {
+					resp.Diff = nil
+				}
+				printPlan(g.stdout, resp, args[0], verbose)
 			}
-			for _, wn := range resp.Warnings {
-				fmt.Fprintf(w, "  warning: %s\n", wn)
+			if code == planNoChange {
+				return nil
 			}
-			switch {
-			case j.Parameterized != nil:
-				fmt.Fprintf(w, "  parameterized: registered, runs once per dispatch (payload %s)\n", j.Parameterized.Payload)
-			case j.Periodic != nil:
-				fmt.Fprintf(w, "  periodic %s (time zone %s)\n", strings.Join(j.Periodic.Crons, " | "), j.Periodic.TimeZone)
-				printLaunches(g, resp.NextLaunches)
-			default:
-				fmt.Fprintf(w, "  launches once, as soon as it is submitted\n")
-			}
-			return nil
+			return code
 		},
 	}
 	vf.register(cmd)
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "show every field of an added job or group, not only the changed ones")
+	cmd.Flags().BoolVar(&diff, "diff", true, "print the diff (-diff=false: only the allocations' counts and the modify index)")
 	return cmd
 }
 
+// diffMark is Nomad's prefix of a diff line.
+func diffMark(typ string) string {
+	switch typ {
+	case api.DiffAdded:
+		return "+"
+	case api.DiffDeleted:
+		return "-"
+	case api.DiffEdited:
+		return "+/-"
+	}
+	return ""
+}
+
+func printFields(w io.Writer, indent string, fields []api.FieldDiff) {
+	for _, f := range fields {
+		switch f.Type {
+		case api.DiffAdded:
+			fmt.Fprintf(w, "%s+ %s: %q\n", indent, f.Name, f.New)
+		case api.DiffDeleted:
+			fmt.Fprintf(w, "%s- %s: %q\n", indent, f.Name, f.Old)
+		default:
+			fmt.Fprintf(w, "%s+/- %s: %q => %q\n", indent, f.Name, f.Old, f.New)
+		}
+	}
+}
+
+// updateKeys is the order Nomad prints a group's updates in.
+var updateKeys = []string{api.UpdateKeyCreate, api.UpdateKeyDestroy, api.UpdateKeyInPlace, api.UpdateKeyDestructive, api.UpdateKeyIgnore}
+
+// printPlan prints a plan as Nomad's `job plan` does.
+func printPlan(w io.Writer, p *api.JobPlanResponse, file string, verbose bool) {
+	if d := p.Diff; d != nil {
+		printDiff(w, d, verbose)
+	}
+	fmt.Fprintf(w, "\nScheduler dry-run:\n- All tasks successfully allocated.\n")
+	for _, wn := range p.Warnings {
+		fmt.Fprintf(w, "- warning: %s\n", wn)
+	}
+	if j := p.Job; j != nil && j.Periodic != nil && len(p.NextLaunches) > 0 {
+		fmt.Fprintf(w, "- If submitted now, next periodic launch would be at %s.\n", p.NextLaunches[0].Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "\nJob Modify Index: %d\n", p.JobModifyIndex)
+	fmt.Fprintf(w, "To submit the job with version verification run:\n\nberth job run -check-index %d %s\n\n", p.JobModifyIndex, file)
+	fmt.Fprintf(w, "When running the job with the check-index flag, the job will only be run if the\n"+
+		"job modify index given matches the agent's. If the index has changed, another\n"+
+		"user has modified the job and the plan's results are potentially invalid.\n")
+}
+
 func newJobStopCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "stop JOB",
-		Short: "Stop a job: its tasks are stopped, its networks torn down, and the agent forgets it",
-		Args:  cobra.ExactArgs(1),
+	var o api.JobStopOptions
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "stop [-purge] [-detach] [-yes] JOB",
+		Short: "Stop a job: its tasks are stopped, its networks torn down; it stays listed as dead until -purge",
+		Long: `Stop a job as Nomad's "job stop": its tasks are stopped and its networks torn down; the job stays
+known as dead (stopped), with its allocations, until "berth job stop -purge" forgets it. Run again,
+a stopped job starts as a new version. -detach returns at once, without waiting for the tasks and
+networks to be gone; -yes is accepted for Nomad's command lines (berth never asks).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := agentCall(cf, func(c *api.Client) (*api.JobStopResponse, error) { return c.StopJob(cmd.Context(), args[0]) })
+			resp, err := agentCall(cf, func(c *api.Client) (*api.JobStopResponse, error) { return c.StopJobWith(cmd.Context(), args[0], o) })
 			if err != nil {
 				return err
 			}
@@ -161,21 +237,77 @@ func newJobStopCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 				return g.PrintJSON(resp)
 			}
 			if !resp.Stopped {
-				fmt.Fprintf(g.stdout, "job %q is stopping; the agent forgets it once its tasks and networks are gone\n", resp.JobID)
+				what := "recorded dead"
+				if o.Purge {
+					what = "forgotten"
+				}
+				fmt.Fprintf(g.stdout, "job %q is stopping; it is %s once its tasks and networks are gone\n", resp.JobID, what)
 				return nil
 			}
-			fmt.Fprintf(g.stdout, "job %q stopped\n", resp.JobID)
+			if resp.Purged {
+				fmt.Fprintf(g.stdout, "job %q stopped and purged\n", resp.JobID)
+			} else {
+				fmt.Fprintf(g.stdout, "job %q stopped; it stays listed as dead until: berth job stop -purge %s\n", resp.JobID, resp.JobID)
+			}
 			if s := resp.Summary; s != nil {
 				printSummary(g, s)
 			}
 			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.BoolVar(&o.Purge, "purge", false, "forget the job once stopped (otherwise it stays listed as dead)")
+	f.BoolVar(&o.Detach, "detach", false, "return at once, without waiting for the tasks and networks to be gone")
+	f.BoolVarP(&yes, "yes", "y", false, "do not ask (berth never asks; accepted for Nomad's command lines)")
+	return cmd
+}
+
+func newJobHistoryCmd(g *Globals, cf *ClientFlags) *cobra.Command {
+	var full bool
+	cmd := &cobra.Command{
+		Use:   "history [-full] JOB",
+		Short: "List the versions the agent keeps of a job (the last 6), newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vs, err := agentCall(cf, func(c *api.Client) (*api.JobVersions, error) { return c.JobVersions(cmd.Context(), args[0]) })
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return g.PrintJSON(vs)
+			}
+			for i, v := range vs.Versions {
+				if i > 0 {
+					fmt.Fprintln(g.stdout)
+				}
+				w := tabwriter.NewWriter(g.stdout, 0, 4, 1, ' ', 0)
+				fmt.Fprintf(w, "Version\t= %d\n", v.Version)
+				fmt.Fprintf(w, "Stable\t= %v\n", v.Stable)
+				fmt.Fprintf(w, "Submit Date\t= %s\n", v.SubmittedAt.Local().Format(time.RFC3339))
+				if v.Current {
+					fmt.Fprintf(w, "Current\t= true\n")
+				}
+				if v.ParseError != "" {
+					fmt.Fprintf(w, "Parse Error\t= %s\n", v.ParseError)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if full {
+					fmt.Fprintf(g.stdout, "Source (%s):\n%s\n", v.Filename, strings.TrimRight(v.Source, "\n"))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&full, "full", false, "print each version's job file")
+	return cmd
 }
 
 func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status [JOB]",
+	var short, verbose bool
+	cmd := &cobra.Command{
+		Use:   "status [-short] [-verbose] [JOB]",
 		Short: "List the agent's jobs, or show one job and its allocations",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -224,7 +356,12 @@ func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "ID\t%s\n", st.ID)
 			fmt.Fprintf(w, "Type\t%s\n", dash(st.Type))
-			fmt.Fprintf(w, "Status\t%s\n", st.Status)
+			status := st.Status
+			if st.Stopped {
+				status += " (stopped)"
+			}
+			fmt.Fprintf(w, "Status\t%s\n", status)
+			fmt.Fprintf(w, "Version\t%d\n", st.Version)
 			if st.ParentID != "" {
 				fmt.Fprintf(w, "Parent\t%s\n", st.ParentID)
 			}
@@ -262,13 +399,16 @@ func newJobStatusCmd(g *Globals, cf *ClientFlags) *cobra.Command {
 					return err
 				}
 			}
-			if len(st.Allocations) > 0 {
+			if len(st.Allocations) > 0 && !short {
 				fmt.Fprintln(g.stdout)
-				return printAllocTable(g, st.Allocations)
+				return printAllocTable(g, st.Allocations, verbose)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&short, "short", false, "leave out the allocations")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "full allocation IDs")
+	return cmd
 }
 
 // counts formats a status histogram as "complete 3, failed 1".
@@ -287,11 +427,15 @@ func counts(by map[string]int) string {
 }
 
 // printAllocTable is the table of `alloc ls` and `job status JOB`.
-func printAllocTable(g *Globals, allocs []api.AllocStub) error {
+func printAllocTable(g *Globals, allocs []api.AllocStub, verbose bool) error {
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tJOB\tGROUP\tSTATUS\tEXIT\tNETWORK\tIPV4\tCREATED")
 	for _, a := range allocs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(a.ID), a.JobID, a.Group, a.Status,
+		id := shortID(a.ID)
+		if verbose {
+			id = a.ID
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, a.JobID, a.Group, a.Status,
 			allocExits(a.Tasks), dash(a.Network), dash(strings.Join(a.IPv4, ",")), a.CreatedAt.Local().Format(time.RFC3339))
 	}
 	return w.Flush()
@@ -328,4 +472,38 @@ func shortID(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// printDiff prints a job's diff as Nomad's plan does.
+func printDiff(w io.Writer, d *api.JobDiff, verbose bool) {
+	fmt.Fprintf(w, "%s Job: %q\n", diffMark(d.Type), d.ID)
+	if d.Type == api.DiffEdited || verbose {
+		printFields(w, "", d.Fields)
+	}
+	for _, tg := range d.TaskGroups {
+		var ups []string
+		for _, k := range updateKeys {
+			if n := tg.Updates[k]; n > 0 {
+				ups = append(ups, fmt.Sprintf("%d %s", n, k))
+			}
+		}
+		fmt.Fprintf(w, "%s Task Group: %q", diffMark(tg.Type), tg.Name)
+		if len(ups) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(ups, ", "))
+		}
+		fmt.Fprintln(w)
+		if tg.Type == api.DiffEdited || verbose {
+			printFields(w, "  ", tg.Fields)
+		}
+		for _, t := range tg.Tasks {
+			fmt.Fprintf(w, "  %s Task: %q", diffMark(t.Type), t.Name)
+			if len(t.Annotations) > 0 {
+				fmt.Fprintf(w, " (%s)", strings.Join(t.Annotations, ", "))
+			}
+			fmt.Fprintln(w)
+			if t.Type == api.DiffEdited || verbose {
+				printFields(w, "    ", t.Fields)
+			}
+		}
+	}
 }

@@ -55,11 +55,16 @@ func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewRoot(os.Stdout, os.Stderr)
-	root.SetArgs(NomadArgs(args))
+	root.SetArgs(NomadArgs(root, args))
 	if err := root.ExecuteContext(ctx); err != nil {
 		var ec exitCode
 		if errors.As(err, &ec) {
 			return int(ec)
+		}
+		var ee exitError
+		if errors.As(err, &ee) {
+			fmt.Fprintf(os.Stderr, "berth: %v\n", err)
+			return ee.code
 		}
 		fmt.Fprintf(os.Stderr, "berth: %v\n", err)
 		return 1
@@ -72,6 +77,16 @@ func Main(args []string) int {
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// exitError is an error printed as any other, with its own exit status
+// (job plan's 255, as Nomad's).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 // NewRoot builds the command tree.
 func NewRoot(stdout, stderr io.Writer) *cobra.Command {

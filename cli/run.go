@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/berth/berth/api"
 	"github.com/berth/berth/job/jobspec"
@@ -47,33 +47,92 @@ func (g *Globals) placeJob(ctx context.Context, n *node.Node, path string, vf *V
 	return job, nil
 }
 
-// singleDashFlags are the long flags Nomad's commands spell with one dash that
-// berth's commands share: -var and -var-file (job run, plan, validate),
-// -meta and -detach (job dispatch), -verbose (service info), -tail,
-// -stderr and -task (alloc logs, exec, restart, signal).
-var singleDashFlags = []string{"var", "var-file", "meta", "detach", "verbose", "tail", "stderr", "task"}
+// argsEnd is the annotation of a command whose flags end at its first
+// positional argument (alloc exec: what follows is the command's own,
+// flags included), as Nomad's commands parse.
+const argsEnd = "berth.flags-end-at-first-arg"
 
-// NomadArgs rewrites Nomad's single-dash long flags (singleDashFlags, also
-// with "=VALUE") to the double-dash ones the flag parser knows, so a
-// command line written for `nomad job run` or `nomad job dispatch` works
-// unchanged. Arguments after "--" are left alone.
-func NomadArgs(args []string) []string {
-	out := make([]string, len(args))
-	done := false
-	for i, a := range args {
+// NomadArgs rewrites the single-dash long flags Nomad's commands take
+// ("-short", "-verbose", "-address=ADDR", "-check-index 3") to the
+// double-dash form the flag parser knows, for the command args name in
+// root's tree: "-NAME" or "-NAME=VALUE" with a NAME of two or more
+// letters that the command (or a parent) has as a long flag. Shorthands
+// ("-n 5", "-f", "-it") and unknown words stay as they are; so does
+// everything after "--", and after the first positional argument of a
+// command marked argsEnd.
+func NomadArgs(root *cobra.Command, args []string) []string {
+	out := make([]string, 0, len(args))
+	cmd := root
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) < 2 || a[0] != '-' {
+			if sub := subcommand(cmd, a); sub != nil {
+				cmd = sub
+			} else if cmd.Annotations[argsEnd] != "" {
+				return append(out, args[i:]...)
+			}
+			out = append(out, a)
+			continue
+		}
+		double := strings.HasPrefix(a, "--")
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		var f *pflag.Flag
 		switch {
-		case done:
-		case a == "--":
-			done = true
-		case strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--"):
-			name, _, _ := strings.Cut(a[1:], "=")
-			if slices.Contains(singleDashFlags, name) {
+		case name == "help" && !double:
+			a = "-" + a
+		case len(name) > 1:
+			if f = lookupFlag(cmd, name); f != nil && !double {
 				a = "-" + a
 			}
+		case len(name) == 1 && !double:
+			f = lookupShorthand(cmd, name)
 		}
-		out[i] = a
+		out = append(out, a)
+		// A flag's value is no subcommand name: skip it.
+		if f != nil && f.NoOptDefVal == "" && !hasValue && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
 	}
 	return out
+}
+
+func subcommand(cmd *cobra.Command, name string) *cobra.Command {
+	for _, c := range cmd.Commands() {
+		if c.Name() == name || c.HasAlias(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// lookupFlag finds a long flag of cmd: its own, or a parent's persistent
+// one.
+func lookupFlag(cmd *cobra.Command, name string) *pflag.Flag {
+	if f := cmd.Flags().Lookup(name); f != nil {
+		return f
+	}
+	for c := cmd; c != nil; c = c.Parent() {
+		if f := c.PersistentFlags().Lookup(name); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+func lookupShorthand(cmd *cobra.Command, name string) *pflag.Flag {
+	if f := cmd.Flags().ShorthandLookup(name); f != nil {
+		return f
+	}
+	for c := cmd; c != nil; c = c.Parent() {
+		if f := c.PersistentFlags().ShorthandLookup(name); f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // VarFlags are the job-variable flags of validate, run and job run/plan:

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -24,7 +25,7 @@ func runIn(t *testing.T, stdin io.Reader, args ...string) (string, string, error
 	var out, errb bytes.Buffer
 	root := NewRoot(&out, &errb)
 	root.SetIn(stdin)
-	root.SetArgs(NomadArgs(args))
+	root.SetArgs(NomadArgs(root, args))
 	err := root.Execute()
 	return out.String(), errb.String(), err
 }
@@ -175,8 +176,9 @@ func TestJobRunVariablesAndDispatch(t *testing.T) {
 	testenv.Must(t, os.WriteFile(varFile, []byte(`{"who": "file"}`), 0o644))
 	t.Setenv("NOMAD_VAR_greeting", "hi-env")
 
+	// A new job: allocations would be created, exit 1 (Nomad's).
 	out, _, err := run(t, "job", "plan", "--address", addr, "-var-file", varFile, "-var", "times=4", job)
-	if err != nil || !strings.Contains(out, `job "btcli-vars" (batch) is valid`) {
+	if ec := exitCode(0); !errors.As(err, &ec) || ec != planChanges || !strings.Contains(out, `+ Job: "btcli-vars"`) {
 		t.Fatalf("plan: %v\n%s", err, out)
 	}
 	if _, _, err := run(t, "job", "plan", "--address", addr, "-var", "nope=1", job); err == nil || !strings.Contains(err.Error(), `declares no variable "nope"`) {

@@ -53,6 +53,9 @@ const (
 // Crash points of the stop path (job stop, alloc stop, drain).
 const (
 	StopRequested = "stop-requested" // a job stop received, nothing stopped
+	// A job's new version recorded (to stop what is left of the old one
+	// first), the old version's run not yet stopped.
+	ReplaceRecorded = "replace-recorded"
 	// The task exited (stopped, or by itself), not destroyed, its exit
 	// not recorded.
 	TaskExited = "task-exited"

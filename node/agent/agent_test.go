@@ -49,8 +49,15 @@ func TestSeedJobThroughAPI(t *testing.T) {
 	if !st.Stopped || st.Summary == nil || len(st.Summary.Leaks) != 0 {
 		t.Fatalf("stop: %+v", st)
 	}
+	// A stopped job stays known as dead until purged, as Nomad's.
+	if js, err := c.Job(ctx, "cni-debug"); err != nil || js.Status != api.JobDead || !js.Stopped {
+		t.Errorf("stopped job: %+v %v", js, err)
+	}
+	if st, err := c.StopJobWith(ctx, "cni-debug", api.JobStopOptions{Purge: true}); err != nil || !st.Purged {
+		t.Errorf("purge: %+v %v", st, err)
+	}
 	if _, err := c.Job(ctx, "cni-debug"); !api.IsNotFound(err) {
-		t.Errorf("stopped job still known: %v", err)
+		t.Errorf("purged job still known: %v", err)
 	}
 
 	allocs := allocsOf(t, c, "cni-debug")
@@ -116,7 +123,7 @@ func TestSeedJobThroughAPI(t *testing.T) {
 		{"berth_netns_operation_duration_seconds_count", map[string]string{"op": "remove"}, withNetns},
 		{"berth_allocations_total", map[string]string{"status": "complete"}, len(allocs)},
 		{"berth_http_requests_total", map[string]string{"route": "/v1/jobs", "method": "post", "code": "200"}, 1},
-		{"berth_http_requests_total", map[string]string{"route": "/v1/job/{id}", "method": "delete", "code": "200"}, 1},
+		{"berth_http_requests_total", map[string]string{"route": "/v1/job/{id}", "method": "delete", "code": "200"}, 2}, // the stop and the purge
 	} {
 		if got := delta(tc.metric, tc.labels); got != tc.want {
 			t.Errorf("%s%v moved by %d, want %d", tc.metric, tc.labels, got, tc.want)
@@ -386,9 +393,10 @@ func TestAPI(t *testing.T) {
 			}
 			return false, err
 		})
-		resp, err := c.SubmitJob(ctx, []byte(src), "svc.hcl")
+		// A change of the task (not an in-place one) replaces it.
+		resp, err := c.SubmitJob(ctx, []byte(strings.Replace(src, `"600"`, `"601"`, 1)), "svc.hcl")
 		testenv.Must(t, err)
-		if !resp.Replaced {
+		if !resp.Replaced || resp.Update != api.UpdateDestructive || resp.Version != 1 {
 			t.Errorf("resubmit of a running job: replaced = false")
 		}
 		old, err := c.Allocation(ctx, first)

@@ -115,6 +115,8 @@ func (a *Agent) dispatch(ctx context.Context, id string, req api.JobDispatchRequ
 		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
 	case parent == nil:
 		return nil, fmt.Errorf("%w: job %q: its stored source no longer parses (%s); submit it again", errBadRequest, id, prec.Error)
+	case prec.Stopped:
+		return nil, fmt.Errorf("%w: job %q is stopped; run it again to dispatch it", errBadRequest, id)
 	}
 	now := time.Now()
 	child, err := parent.Dispatch(req.Meta, req.Payload, now, nil)

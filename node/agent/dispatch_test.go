@@ -149,11 +149,11 @@ func TestDispatch(t *testing.T) {
 	if _, err := c.DispatchJob(ctx, d.DispatchedJobID, api.JobDispatchRequest{}); err == nil || !strings.Contains(err.Error(), "is not a parameterized job") {
 		t.Errorf("dispatch of a child: %v", err)
 	}
-	if st, err := c.StopJob(ctx, d.DispatchedJobID); err != nil || !st.Stopped {
+	if st, err := c.StopJobWith(ctx, d.DispatchedJobID, api.JobStopOptions{Purge: true}); err != nil || !st.Stopped {
 		t.Errorf("stop of a child: %+v %v", st, err)
 	}
 	if _, err := c.Job(ctx, d.DispatchedJobID); !api.IsNotFound(err) {
-		t.Errorf("stopped child still known: %v", err)
+		t.Errorf("purged child still known: %v", err)
 	}
 }
 

@@ -43,6 +43,7 @@ func (a *Agent) routes() http.Handler {
 		{http.MethodPost, "/v1/jobs/plan", a.handlePlan},
 		{http.MethodGet, "/v1/job/{id}", a.handleJob},
 		{http.MethodDelete, "/v1/job/{id}", a.handleStop},
+		{http.MethodGet, "/v1/job/{id}/versions", a.handleJobVersions},
 		{http.MethodPost, "/v1/job/{id}/dispatch", a.handleDispatch},
 		{http.MethodGet, "/v1/allocations", a.handleAllocs},
 		{http.MethodGet, "/v1/allocation/{id}", a.handleAlloc},
@@ -165,6 +166,8 @@ func writeErr(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "%v", err)
 	case errors.Is(err, ErrDraining):
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case errors.Is(err, ErrIndexMismatch):
+		writeError(w, http.StatusConflict, "%v", err)
 	default:
 		writeError(w, http.StatusInternalServerError, "%v", err)
 	}
@@ -335,8 +338,39 @@ func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
+func (a *Agent) handleJobVersions(w http.ResponseWriter, r *http.Request) {
+	vs, err := a.JobVersions(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, vs)
+}
+
+// stopOptions reads DELETE /v1/job/{id}'s purge and detach.
+func stopOptions(r *http.Request) (api.JobStopOptions, error) {
+	var o api.JobStopOptions
+	for name, v := range map[string]*bool{"purge": &o.Purge, "detach": &o.Detach} {
+		s := r.URL.Query().Get(name)
+		if s == "" {
+			continue
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return o, fmt.Errorf("%w: %s %q: use true or false", errBadRequest, name, s)
+		}
+		*v = b
+	}
+	return o, nil
+}
+
 func (a *Agent) handleStop(w http.ResponseWriter, r *http.Request) {
-	resp, err := a.stop(r.Context(), r.PathValue("id"))
+	o, err := stopOptions(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	resp, err := a.stop(r.Context(), r.PathValue("id"), o)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -66,6 +66,39 @@ type jobRecord struct {
 	ParentID string            `json:"parent_id,omitempty"`
 	Meta     map[string]string `json:"dispatch_meta,omitempty"`
 	Payload  []byte            `json:"dispatch_payload,omitempty"`
+	// Version is the current version (Source, Filename, jobVars,
+	// SubmittedAt); History the earlier ones kept, newest first, at most
+	// api.MaxJobVersions-1. ModifyIndex grows with every version and
+	// stop: what -check-index compares.
+	Version     uint64       `json:"version,omitempty"`
+	ModifyIndex uint64       `json:"modify_index,omitempty"`
+	History     []jobVersion `json:"history,omitempty"`
+	// Stopped: `job stop` stopped it; it stays dead until purged or
+	// submitted again. Purge (with status stopping): forget it once its
+	// stop is done.
+	Stopped bool `json:"stopped,omitempty"`
+	Purge   bool `json:"purge,omitempty"`
+	// StopOld: this version was recorded before the allocations of the
+	// one it replaces were gone; an agent that resumes it stops those it
+	// finds first, never running two versions.
+	StopOld bool `json:"stop_old,omitempty"`
+}
+
+// modifyIndex is the record's modify index: at least 1 for a known job
+// (0 means none; records of an older berth have none).
+func (rec jobRecord) modifyIndex() uint64 { return max(rec.ModifyIndex, 1) }
+
+// nextVersion is rec's successor made from a new submission: rec's
+// current version goes to the history (stable when it ran and ended
+// without error, for replacing it).
+func (rec jobRecord) nextVersion(next jobRecord, stable bool) jobRecord {
+	next.Version, next.ModifyIndex = rec.Version+1, rec.modifyIndex()+1
+	cur := jobVersion{Version: rec.Version, Source: rec.Source, Filename: rec.Filename, SubmittedAt: rec.SubmittedAt, Stable: stable, jobVars: rec.jobVars}
+	next.History = append([]jobVersion{cur}, rec.History...)
+	if len(next.History) > api.MaxJobVersions-1 {
+		next.History = next.History[:api.MaxJobVersions-1]
+	}
+	return next
 }
 
 // jobRun is a job the agent knows, running or not. Fields are guarded by
@@ -79,9 +112,11 @@ type jobRun struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the run has finished (nil if never started)
 	summary *runner.Summary
-	// stopping: a stop was asked (delete the record when done);
-	// replacing: a new submission waits for this run to end.
-	stopping, replacing bool
+	// stopping: a stop was asked (the record is dead, or deleted with
+	// rec.Purge, when done); replacing: a new submission waits for this
+	// run to end; pending: this run waits for the run it replaces to end
+	// before it starts.
+	stopping, replacing, pending bool
 	// unrecorded counts the allocations the store could not record;
 	// recordErr is the first one's cause.
 	unrecorded int
@@ -97,6 +132,8 @@ func (jr *jobRun) recordError() string {
 
 func (jr *jobRun) status() string {
 	switch {
+	case jr.pending:
+		return api.JobRunning
 	case jr.cancel == nil && jr.rec.Status == api.JobRegistered:
 		return api.JobRegistered
 	case jr.cancel == nil:
@@ -220,12 +257,16 @@ func (a *Agent) resumeJobs(ctx context.Context) {
 		}
 		if rec.Status == api.JobRunning {
 			if perr == nil {
+				// With StopOld, what is claimed is the replaced
+				// version's: start stops it before this one runs. (A
+				// job that no longer parses claims nothing: the
+				// reconcile stops its allocations as orphans.)
 				jr.adopt = a.claimAllocs(ctx, rec.ID, log)
 			}
 			switch {
 			case perr != nil:
 				jr.rec.Error = "could not resume after an agent restart: " + perr.Error()
-			case !resumes(job, len(jr.adopt)):
+			case !rec.StopOld && !resumes(job, len(jr.adopt)):
 				jr.rec.Error = "interrupted by an agent restart; batch jobs are not rerun (submit it again)"
 			}
 			if jr.rec.Error != "" {
@@ -312,7 +353,25 @@ func (a *Agent) start(jr *jobRun) error {
 			a.finish(jr, nil, nil, false)
 			return
 		}
-		log.Info("job started", "type", job.Type, "groups", len(job.Groups))
+		a.mu.Lock()
+		if jr.rec.StopOld {
+			// Recorded before the version it replaces was gone (an
+			// agent died replacing it): what it left is stopped first.
+			adopt := jr.adopt
+			jr.adopt = nil
+			a.mu.Unlock()
+			for _, al := range adopt {
+				a.allocDone(log, jr, a.runner.StopAdopted(ctx, job, al, "stopped (job replaced by a newer version) before this agent resumed it"))
+			}
+			a.mu.Lock()
+			jr.rec.StopOld = false
+			rec := jr.rec
+			a.mu.Unlock()
+			a.putJob(ctx, rec)
+			a.mu.Lock()
+		}
+		a.mu.Unlock()
+		log.Info("job started", "type", job.Type, "groups", len(job.Groups), "version", jr.rec.Version)
 		a.mu.Lock()
 		o := runner.RunOptions{
 			OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) },
@@ -322,8 +381,13 @@ func (a *Agent) start(jr *jobRun) error {
 				a.mu.Lock()
 				jr.rec.LastLaunch = &t
 				rec := jr.rec
+				current := a.jobs[rec.ID] == jr
 				a.mu.Unlock()
-				a.putJob(ctx, rec)
+				// A replaced run writes nothing: the record is its
+				// successor's.
+				if current {
+					a.putJob(ctx, rec)
+				}
 			},
 		}
 		if jr.rec.LastLaunch != nil {
@@ -404,9 +468,20 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	jr.summary = sum
 	switch {
 	case a.jobs[jr.rec.ID] != jr:
-	case jr.stopping:
+	case jr.stopping && jr.rec.Purge:
 		delete(a.jobs, jr.rec.ID)
 		del = true
+	case jr.stopping:
+		// Kept as dead until a purge, as Nomad's stopped jobs; never
+		// resumed by a later agent.
+		now := time.Now()
+		jr.stopping = false
+		jr.rec.Status, jr.rec.FinishedAt, jr.rec.Stopped = api.JobDead, &now, true
+		if runErr != nil {
+			jr.rec.Error = runErr.Error()
+		}
+		rec := jr.rec
+		put = &rec
 	case a.draining && !natural:
 		// Stays "running" in the store: it resumes at the next start.
 	default:
@@ -434,14 +509,26 @@ func (a *Agent) finish(jr *jobRun, sum *runner.Summary, runErr error, natural bo
 	}
 }
 
-// submit parses and starts a job, replacing a running one with the same
-// ID (stopped first, its networks torn down).
+// submit parses and starts a job. A live job with the same ID is left
+// alone when the new one is the same (api.UpdateNone), gets the new
+// version recorded and keeps its allocations when only in-place fields
+// changed (api.UpdateInPlace), and is otherwise replaced: the new
+// version is recorded first (StopOld), the old run stopped, then the new
+// one started, so that an agent killed in between stops what is left of
+// the old version before it runs the new one.
 func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
-	vars := varsOf(req)
-	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, vars)
+	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
 		return nil, err
 	}
+	return a.submitParsed(ctx, job, req)
+}
+
+// submitParsed is submit of job, parsed (parseJob) from req's source and
+// variables, which the record keeps to parse it again after a restart.
+func (a *Agent) submitParsed(ctx context.Context, job *jobspec.Job, req api.JobSubmitRequest) (*api.JobSubmitResponse, error) {
+	vars := varsOf(req)
+	var err error
 	unlock := a.keys.Lock(job.ID)
 	defer unlock()
 	if a.isDraining() {
@@ -451,50 +538,153 @@ func (a *Agent) submit(ctx context.Context, req api.JobSubmitRequest) (*api.JobS
 
 	a.mu.Lock()
 	old := a.jobs[job.ID]
-	var oldDone chan struct{}
-	if old != nil && old.cancel != nil {
-		old.replacing = true
-		old.cancel()
-		oldDone = old.done
-		resp.Replaced = true
+	var prev jobRecord
+	var prevJob *jobspec.Job
+	live, running, pending := false, false, false
+	if old != nil {
+		prev, prevJob, pending = old.rec, old.job, old.pending
+		running = old.cancel != nil && !old.stopping && !old.replacing
+		live = running || (old.cancel == nil && old.rec.Status == api.JobRegistered)
 	}
 	a.mu.Unlock()
-	if oldDone != nil {
-		a.log.Info("replacing running job: stopping the old one", "job", job.ID)
-		if err := a.wait(ctx, oldDone); err != nil {
-			return nil, fmt.Errorf("job %s: the previous version is still stopping (%w); submit again once `berth job status %s` says dead", job.ID, err, job.ID)
+	if req.EnforceIndex {
+		have := uint64(0)
+		if old != nil {
+			have = prev.modifyIndex()
+		}
+		if err := checkIndex(job.ID, have, req.JobModifyIndex); err != nil {
+			return nil, err
 		}
 	}
-	if a.isDraining() {
-		return nil, ErrDraining
+	if pending {
+		return nil, fmt.Errorf("job %s: the version before the last one is still stopping; submit again once `berth job status %s` shows the last one running", job.ID, job.ID)
 	}
-
-	jr := &jobRun{job: job, rec: jobRecord{
+	update := api.UpdateCreate
+	if live {
+		if update, err = classify(prevJob, job); err != nil {
+			return nil, err
+		}
+	}
+	rec := jobRecord{
 		ID: job.ID, Source: req.JobHCL, Filename: req.Filename, SubmittedAt: time.Now().UTC(), Status: api.JobRunning,
 		jobVars: vars,
-	}}
+	}
 	if job.IsParameterized() {
 		// Kept, never run: each dispatch runs a child job.
-		jr.rec.Status = api.JobRegistered
+		rec.Status = api.JobRegistered
 	}
-	b, err := json.Marshal(jr.rec)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: encode record: %w", job.ID, err)
+	if old != nil {
+		rec = prev.nextVersion(rec, running && prev.Error == "")
+	} else {
+		rec.ModifyIndex = 1
 	}
-	if err := a.node.Store.PutJob(ctx, job.ID, b); err != nil {
-		return nil, fmt.Errorf("job %s: %w", job.ID, err)
+	resp.Update, resp.Version, resp.JobModifyIndex = update, rec.Version, rec.ModifyIndex
+	switch update {
+	case api.UpdateNone:
+		resp.Unchanged, resp.Version, resp.JobModifyIndex = true, prev.Version, prev.modifyIndex()
+		a.log.Info("job unchanged: nothing to do", "job", job.ID, "version", prev.Version)
+		return resp, nil
+	case api.UpdateInPlace:
+		// The runner goes on with the job it started with: its running
+		// allocations keep the job meta they started with until they are
+		// replaced (tasks read it as NOMAD_META_*). The run's record is
+		// the new version's before it is written, so that nothing the
+		// run writes meanwhile (a launch, its end) puts the old one back.
+		a.mu.Lock()
+		savedRec, savedJob := old.rec, old.job
+		rec.LastLaunch = old.rec.LastLaunch
+		old.rec, old.job = rec, job
+		a.mu.Unlock()
+		if err := a.putRecord(ctx, rec); err != nil {
+			a.mu.Lock()
+			old.rec, old.job = savedRec, savedJob
+			a.mu.Unlock()
+			return nil, err
+		}
+		a.log.Info("job updated in place", "job", job.ID, "version", rec.Version)
+		return resp, nil
+	}
+
+	jr := &jobRun{job: job, rec: rec}
+	var oldDone chan struct{}
+	// The new run takes the old one's place before the new version is
+	// written: the old run, ending meanwhile, then writes nothing over it.
+	a.mu.Lock()
+	replacing := old != nil && old.cancel != nil
+	if replacing {
+		oldDone = old.done
+		// Status running while it waits for the old run to end.
+		jr.rec.StopOld, jr.pending = true, true
+		old.replacing = true
+	}
+	a.jobs[job.ID] = jr
+	a.mu.Unlock()
+	// Recorded before anything of the old version stops.
+	if err := a.putRecord(ctx, jr.rec); err != nil {
+		a.mu.Lock()
+		if old != nil {
+			a.jobs[job.ID] = old
+			old.replacing = false
+		} else {
+			delete(a.jobs, job.ID)
+		}
+		a.mu.Unlock()
+		return nil, err
+	}
+	if replacing {
+		fault.Point(fault.ReplaceRecorded)
 	}
 	a.mu.Lock()
-	a.jobs[job.ID] = jr
+	if replacing && old.cancel != nil {
+		old.cancel()
+	}
+	resp.Replaced = replacing
 	a.mu.Unlock()
 	if jr.rec.Status == api.JobRegistered {
 		return resp, nil
 	}
+	if oldDone != nil {
+		a.log.Info("replacing running job: stopping the old version", "job", job.ID, "version", rec.Version)
+		if err := a.wait(ctx, oldDone); err != nil {
+			// Started once the old run is gone; the record already
+			// says so for a later agent.
+			go func() {
+				select {
+				case <-oldDone:
+				case <-a.jobsCtx.Done():
+					return
+				}
+				a.mu.Lock()
+				jr.pending = false
+				a.mu.Unlock()
+				if err := a.start(jr); err != nil {
+					a.log.Warn("replacing job not started", "job", job.ID, "err", err)
+				}
+			}()
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("the previous version is still stopping (%v); this one starts once it is gone", err))
+			return resp, nil
+		}
+	}
+	a.mu.Lock()
+	jr.pending = false
+	a.mu.Unlock()
 	if err := a.start(jr); err != nil {
 		// Recorded as running: it starts with the next agent.
 		return nil, err
 	}
 	return resp, nil
+}
+
+// putRecord writes rec to the store.
+func (a *Agent) putRecord(ctx context.Context, rec jobRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("job %s: encode record: %w", rec.ID, err)
+	}
+	if err := a.node.Store.PutJob(ctx, rec.ID, b); err != nil {
+		return fmt.Errorf("job %s: %w", rec.ID, err)
+	}
+	return nil
 }
 
 // wait waits for done, at most stop_timeout and as long as ctx lasts.
@@ -511,25 +701,48 @@ func (a *Agent) wait(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// plan parses a job and says what submitting it would do.
+// plan parses a job and says what submitting it would do: the diff
+// against the current version and, per group, the allocations created,
+// destroyed or updated.
 func (a *Agent) plan(ctx context.Context, req api.JobSubmitRequest) (*api.JobPlanResponse, error) {
 	job, err := a.parseJob(ctx, []byte(req.JobHCL), req.Filename, varsOf(req))
 	if err != nil {
 		return nil, err
 	}
-	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5)}
+	return a.planParsed(job)
+}
+
+// planParsed is plan of a parsed job (parseJob).
+func (a *Agent) planParsed(job *jobspec.Job) (*api.JobPlanResponse, error) {
+	var err error
+	resp := &api.JobPlanResponse{Job: wireJob(job), Warnings: warnings(job), NextLaunches: nextLaunches(job, 5), Update: api.UpdateCreate}
+	var cur *jobspec.Job
+	live := false
 	a.mu.Lock()
 	if jr := a.jobs[job.ID]; jr != nil {
 		resp.Exists, resp.Running = true, jr.cancel != nil
+		resp.JobModifyIndex, resp.Version = jr.rec.modifyIndex(), jr.rec.Version
+		cur = jr.job
+		live = jr.pending || (jr.cancel != nil && !jr.stopping && !jr.replacing) || (jr.cancel == nil && jr.rec.Status == api.JobRegistered)
 	}
 	a.mu.Unlock()
+	if live {
+		if resp.Update, err = classify(cur, job); err != nil {
+			return nil, err
+		}
+	}
+	resp.Diff, resp.Annotations, resp.CreatesOrDestroys, err = planDiff(cur, job, live, resp.Update)
+	if err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 
-// stop stops a job and forgets it. It waits for the tasks and networks
-// to be gone up to stop_timeout; stopped is false if it gave up waiting
-// (the job goes on stopping and is forgotten when done).
-func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, error) {
+// stop stops a job: it stays known as dead (Stopped) until a purge
+// (o.Purge) forgets it, as Nomad's. It waits for the tasks and networks
+// to be gone up to stop_timeout (not with o.Detach); Stopped is false if
+// it did not (the job goes on stopping).
+func (a *Agent) stop(ctx context.Context, id string, o api.JobStopOptions) (*api.JobStopResponse, error) {
 	if err := validJobID(id); err != nil {
 		return nil, err
 	}
@@ -541,21 +754,43 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		a.mu.Unlock()
 		return nil, fmt.Errorf("job %q: %w", id, ErrJobNotFound)
 	}
-	if jr.cancel == nil {
-		// Not running: forget it now.
-		delete(a.jobs, id)
-		sum := jr.summary
+	if jr.pending {
 		a.mu.Unlock()
-		if err := a.node.Store.DeleteJob(ctx, id); err != nil {
+		return nil, fmt.Errorf("job %s: a new version waits for the previous one to stop; stop it again once `berth job status %s` shows it running", id, id)
+	}
+	if jr.cancel == nil {
+		// Not running: marked stopped, or forgotten with a purge.
+		sum := jr.summary
+		resp := &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}
+		if o.Purge {
+			delete(a.jobs, id)
+			a.mu.Unlock()
+			if err := a.node.Store.DeleteJob(ctx, id); err != nil {
+				return nil, err
+			}
+			resp.Purged = true
+			return resp, nil
+		}
+		if !jr.rec.Stopped {
+			now := time.Now()
+			jr.rec.Stopped, jr.rec.Status, jr.rec.ModifyIndex = true, api.JobDead, jr.rec.modifyIndex()+1
+			if jr.rec.FinishedAt == nil {
+				jr.rec.FinishedAt = &now
+			}
+		}
+		rec := jr.rec
+		a.mu.Unlock()
+		if err := a.putRecord(ctx, rec); err != nil {
 			return nil, err
 		}
-		return &api.JobStopResponse{JobID: id, Stopped: true, Summary: WireSummary(sum)}, nil
+		return resp, nil
 	}
 	jr.stopping = true
-	jr.rec.Status = api.JobStopping
+	jr.rec.Status, jr.rec.Purge, jr.rec.ModifyIndex = api.JobStopping, o.Purge, jr.rec.modifyIndex()+1
 	// The stop is recorded before anything stops (under a.mu, so that
-	// the run's end, which deletes the record, comes after): an agent
-	// killed meanwhile leaves it to the next one, which finishes it.
+	// the run's end, which records it dead or deletes it, comes after):
+	// an agent killed meanwhile leaves it to the next one, which
+	// finishes it.
 	a.putJob(ctx, jr.rec)
 	fault.Point(fault.StopRequested)
 	done := jr.done
@@ -566,14 +801,17 @@ func (a *Agent) stop(ctx context.Context, id string) (*api.JobStopResponse, erro
 		jr.cancel()
 	}
 	a.mu.Unlock()
-	a.log.Info("stopping job", "job", id)
+	a.log.Info("stopping job", "job", id, "purge", o.Purge)
 	resp := &api.JobStopResponse{JobID: id}
+	if o.Detach {
+		return resp, nil
+	}
 	if err := a.wait(ctx, done); err != nil {
-		a.log.Warn("job still stopping; it is forgotten once its tasks and networks are gone", "job", id, "err", err)
+		a.log.Warn("job still stopping; it is recorded dead (or forgotten, with a purge) once its tasks and networks are gone", "job", id, "err", err)
 		return resp, nil
 	}
 	a.mu.Lock()
-	resp.Stopped, resp.Summary = true, WireSummary(jr.summary)
+	resp.Stopped, resp.Purged, resp.Summary = true, o.Purge, WireSummary(jr.summary)
 	a.mu.Unlock()
 	return resp, nil
 }
@@ -595,6 +833,7 @@ func stubLocked(jr *jobRun) api.JobStub {
 	s := api.JobStub{
 		ID: jr.rec.ID, Status: jr.status(), SubmittedAt: jr.rec.SubmittedAt,
 		FinishedAt: jr.rec.FinishedAt, Error: jr.rec.Error,
+		Stopped: jr.rec.Stopped, Version: jr.rec.Version, JobModifyIndex: jr.rec.modifyIndex(),
 	}
 	s.ParentID = jr.rec.ParentID
 	if j := jr.job; j != nil {

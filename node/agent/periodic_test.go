@@ -91,7 +91,7 @@ func TestPeriodicChildrenSurviveSIGKILL(t *testing.T) {
 	}
 	checkChildren("next agent")
 
-	stop, err := c.StopJob(ctx, "btag-pchild")
+	stop, err := c.StopJobWith(ctx, "btag-pchild", api.JobStopOptions{Purge: true})
 	testenv.Must(t, err)
 	if !stop.Stopped {
 		t.Fatalf("stop: %+v", stop)
@@ -102,6 +102,6 @@ func TestPeriodicChildrenSurviveSIGKILL(t *testing.T) {
 		t.Errorf("after the job's stop its child's allocation is %s, task gone %v", al.Status, taskGone(t, old.Tasks[0].Handle))
 	}
 	if _, err := c.Job(ctx, child); !api.IsNotFound(err) {
-		t.Errorf("child of a stopped job still known: %v", err)
+		t.Errorf("child of a purged job still known: %v", err)
 	}
 }
