@@ -108,10 +108,9 @@ func (b nomadBackend) withServices(ctx context.Context, l []*store.Allocation) (
 	return out, nil
 }
 
-// StopJob stops the job. versions: the agent's stop also forgets it (a
-// purge); a stop that keeps it listed as dead comes with job versions.
+// StopJob stops the job; it stays listed as dead until purged.
 func (b nomadBackend) StopJob(ctx context.Context, id string, purge bool) (*api.JobStopResponse, error) {
-	resp, err := b.a.stop(ctx, id)
+	resp, err := b.a.stop(ctx, id, api.JobStopOptions{Purge: purge})
 	return resp, nomadJobErr(err)
 }
 
