@@ -162,6 +162,7 @@ api {
 }
 `), 0o600))
 	fromFile := func(c *agent.Config) {
+		c.File = file
 		c.DataDir, c.GCMode, c.Retention = "/file/data", "records", 7
 		c.Bridge.Iface, c.Bridge.Subnet = "file0", "10.199.114.0/24"
 		c.API.Socket = "/file/b.sock"

@@ -142,6 +142,12 @@ api {
   # token       = "change-me-to-a-long-random-string"
   # token_file  = "/etc/berth/token"
 
+  # Nomad's HTTP API v1 for Nomad's own CLI and Go client, on a second TCP
+  # address with the same token (NOMAD_TOKEN) and TLS:
+  #   NOMAD_ADDR=http://127.0.0.1:4646 NOMAD_TOKEN=$(cat /etc/berth/token) nomad job status
+  # Use a port Nomad's own agent does not (4646 when no Nomad runs here).
+  # nomad_address = "127.0.0.1:4646"
+
   # An address that is not a literal loopback IP (127.0.0.1, [::1]; a host
   # name, even localhost, is not) needs TLS, unless allow_plaintext says the
   # token may cross the network in clear text.

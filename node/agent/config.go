@@ -60,9 +60,9 @@ type Config struct {
 	DrainOnShutdown bool `hcl:"drain_on_shutdown,optional" help:"on SIGTERM/SIGINT stop every workload and tear its network down before exiting (default: leave them running for the next agent)"`
 
 	API *APIConfig `hcl:"api,block"`
-	// file is the HCL file LoadConfig read ("" for none): it may hold
-	// the token.
-	file string
+	// File is the HCL file LoadConfig read ("" for none): it may hold
+	// the token. Not a setting (no hcl tag).
+	File string
 	// Nomad, when present, makes the agent reclaim what Nomad leaves on
 	// this node (see package nomad): a full reconcile at start and every
 	// gc_interval, and each allocation's leftovers seconds after it turns
@@ -147,7 +147,7 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: read %s: %w", ErrInvalidConfig, path, err)
 	}
 	cfg, err := ParseConfig(src, path)
-	cfg.file = path
+	cfg.File = path
 	return cfg, err
 }
 
@@ -156,7 +156,7 @@ func LoadConfig(path string) (Config, error) {
 // binds them (node.Options.Secrets).
 func (cfg *Config) secretFiles() []string {
 	var out []string
-	for _, p := range []string{cfg.file, cfg.API.TokenFile} {
+	for _, p := range []string{cfg.File, cfg.API.TokenFile} {
 		if p != "" {
 			out = append(out, p)
 		}
