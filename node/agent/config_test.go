@@ -18,7 +18,9 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := DefaultConfig(); !reflect.DeepEqual(cfg, want) {
+	want := DefaultConfig()
+	want.File = "../../examples/agent/berth.hcl"
+	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("example config differs from the defaults:\n got %+v %+v %+v\nwant %+v %+v %+v", cfg, *cfg.Bridge, *cfg.API, want, *want.Bridge, *want.API)
 	}
 	if _, err := cfg.check(); err != nil {
