@@ -23,8 +23,8 @@ import (
 	"github.com/berth/berth/network/netns"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
-	execdrv "github.com/berth/berth/task/driver/exec"
 	"github.com/berth/berth/task/driver/docker"
+	execdrv "github.com/berth/berth/task/driver/exec"
 	"github.com/berth/berth/task/driver/podman"
 )
 

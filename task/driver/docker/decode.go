@@ -449,4 +449,3 @@ func stringMap(key string, v any) (map[string]string, error) {
 	}
 	return nil, &configError{msg: fmt.Sprintf("docker: config.%s must be a map of strings, got %T", key, v), field: key}
 }
-

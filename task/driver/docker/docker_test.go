@@ -546,4 +546,3 @@ func TestImageNotLocal(t *testing.T) {
 		t.Errorf("containers left: %v", left)
 	}
 }
-
