@@ -360,7 +360,7 @@ func (d *Driver) ensureImage(ctx context.Context, tc *TaskConfig) error {
 func (d *Driver) abandon(h *handle) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.destroy(ctx, false); err != nil {
+	if err := h.destroy(ctx, false, true); err != nil {
 		d.log.Error("removing container of a failed start", "container", h.name, "err", err)
 	}
 }

@@ -102,9 +102,12 @@ func (h *handle) Stop(ctx context.Context, timeout time.Duration) error {
 // Destroy implements driver.Handle: the container is killed, its output
 // copied to the end (Docker removes its log with it), then it is removed,
 // and with the allocation's last task container the pause container.
-func (h *handle) Destroy(ctx context.Context) error { return h.destroy(ctx, true) }
+func (h *handle) Destroy(ctx context.Context) error { return h.destroy(ctx, true, false) }
 
-func (h *handle) destroy(ctx context.Context, drain bool) error {
+// destroy: drain kills the container and waits for it before the last
+// copy of its output; locked says the caller (a failed Start) holds the
+// allocation's lock already.
+func (h *handle) destroy(ctx context.Context, drain, locked bool) error {
 	if h.logs != nil && drain {
 		if err := h.d.c.kill(ctx, h.id, int(syscall.SIGKILL)); err == nil {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -117,8 +120,10 @@ func (h *handle) destroy(ctx context.Context, drain bool) error {
 			h.d.log.Warn("copying task output", "container", h.name, "err", err)
 		}
 	}
-	unlock := h.d.lockAlloc(h.allocID)
-	defer unlock()
+	if !locked {
+		unlock := h.d.lockAlloc(h.allocID)
+		defer unlock()
+	}
 	if err := h.d.removeContainer(ctx, h.id); err != nil {
 		return fmt.Errorf("docker: destroy: %w", err)
 	}
