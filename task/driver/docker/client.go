@@ -192,10 +192,6 @@ func (c *client) send(ctx context.Context, method, path string, query url.Values
 	return nil, apiErr
 }
 
-func (c *client) ping(ctx context.Context) error {
-	return c.do(ctx, http.MethodGet, "/_ping", nil, nil, nil, false)
-}
-
 // Info is the part of GET /info berth reports.
 type Info struct {
 	Driver        string `json:"Driver"`

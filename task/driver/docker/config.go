@@ -185,10 +185,7 @@ var authKeys = drivercfg.Table[*decoder]{
 // README's table.
 func ConfigKeys() []drivercfg.Row { return configKeys.Rows() }
 
-var (
-	sizeRE   = regexp.MustCompile(`^([0-9]+)([bkmgBKMG]?)$`)
-	ulimitRE = regexp.MustCompile(`^-?[0-9]+(:-?[0-9]+)?$`)
-)
+var ulimitRE = regexp.MustCompile(`^-?[0-9]+(:-?[0-9]+)?$`)
 
 func (d *decoder) networkMode(key string) string {
 	switch m := d.str(key); {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -57,15 +56,6 @@ func (d *decoder) Refuse(key, why string) { d.refuse(key, "is not supported: %s"
 // refuse records what berth will not run, naming key.
 func (d *decoder) refuse(key, format string, a ...any) {
 	d.refused = append(d.refused, &configError{msg: "docker: config." + key + " " + fmt.Sprintf(format, a...), field: key})
-}
-
-// refuseTrue reads a bool key that berth honours only as false.
-func (d *decoder) refuseTrue(key, why string) bool {
-	b := d.boolean(key)
-	if b {
-		d.refuse(key, "= true is not supported: %s", why)
-	}
-	return b
 }
 
 func (d *decoder) bad(field, format string, a ...any) {
@@ -185,13 +175,6 @@ func tmpfsSpec(t string) string {
 	return ""
 }
 
-func deviceSpec(dev string) string {
-	if !strings.HasPrefix(dev, "/") {
-		return "%q must be host-path[:container-path[:permissions]]"
-	}
-	return ""
-}
-
 // required reads a string that must not be empty; a value of another
 // type is reported as such only.
 func (d *decoder) required(key string) string {
@@ -200,15 +183,6 @@ func (d *decoder) required(key string) string {
 		d.errs = append(d.errs, &configError{msg: "docker: config." + key + " is required", field: key})
 	}
 	return s
-}
-
-// optBoolean is boolean, nil when the key is absent.
-func (d *decoder) optBoolean(key string) *bool {
-	if _, ok := d.cfg[key]; !ok {
-		return nil
-	}
-	b := d.boolean(key)
-	return &b
 }
 
 // entrypoint is a string or a list of strings.
@@ -250,15 +224,6 @@ func (d *decoder) caps(key string) []string {
 }
 
 var capNameRE = regexp.MustCompile(`^(all|[a-z_]+)$`)
-
-// optInteger is integer, nil when the key is absent.
-func (d *decoder) optInteger(key string, lo, hi int64) *int {
-	if v, ok := d.cfg[key]; !ok || v == nil {
-		return nil
-	}
-	n := d.integer(key, lo, hi, 0)
-	return &n
-}
 
 // ulimit maps a limit name to "n" or "soft:hard".
 func (d *decoder) ulimit(key string) map[string]string {
@@ -340,29 +305,6 @@ func (d *decoder) block(key string) map[string]any {
 		d.bad(key, "must be a block, got %T", v)
 	}
 	return nil
-}
-
-func (d *decoder) size(key string) int64 {
-	s := d.str(key)
-	if s == "" {
-		return 0
-	}
-	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		d.bad(key, "%q is not a size such as \"64m\" or \"1g\"", s)
-		return 0
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	if err != nil {
-		d.bad(key, "%q is too large", s)
-		return 0
-	}
-	shift := map[string]uint{"": 0, "b": 0, "k": 10, "m": 20, "g": 30}[strings.ToLower(m[2])]
-	if n > math.MaxInt64>>shift {
-		d.bad(key, "%q is too large", s)
-		return 0
-	}
-	return n << shift
 }
 
 // nest reports a nested block's problems under its key.

@@ -546,3 +546,71 @@ func TestImageNotLocal(t *testing.T) {
 		t.Errorf("containers left: %v", left)
 	}
 }
+
+// TestRestartTask: a task that exited is destroyed and started again in
+// the same allocation (a restart policy's attempt, alloc restart): a new
+// container of the same name, a new pause container in the same
+// namespace, output appended to the same logs; a container left by an
+// earlier run of the task (not destroyed) is replaced.
+func TestRestartTask(t *testing.T) {
+	requireDocker(t)
+	d := newDriver(t, t.TempDir(), Policy{})
+	task := testTask(t, map[string]any{"image": testImage, "command": "/bin/sh", "args": []any{"-c", "echo run; exit 1"}})
+	h1 := startTask(t, d, task)
+	if res := waitTask(t, h1); res.ExitCode != 1 {
+		t.Fatalf("first run: exit %d", res.ExitCode)
+	}
+	id1 := h1.State().ContainerID
+	destroy(t, h1)
+	h2 := startTask(t, d, task)
+	if res := waitTask(t, h2); res.ExitCode != 1 {
+		t.Fatalf("second run: exit %d", res.ExitCode)
+	}
+	if h2.State().ContainerID == id1 {
+		t.Errorf("the restart reused the container")
+	}
+	// Not destroyed: the next start replaces it.
+	h3 := startTask(t, d, task)
+	waitTask(t, h3)
+	if out := readLog(t, task, "stdout"); out != "run\nrun\nrun\n" {
+		t.Errorf("stdout %q, want three runs", out)
+	}
+	if _, err := d.c.inspect(context.Background(), h2.State().ContainerID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the stale container is still there: %v", err)
+	}
+}
+
+// TestFindAfterCrashAtCreate: berth died between the container's create
+// and its start (fault point AfterContainerCreate): Find removes the
+// created container, which never ran, and reports no exit as unknown; one
+// that ran and is not the task's own name is removed with ErrExitUnknown.
+func TestFindAfterCrashAtCreate(t *testing.T) {
+	requireDocker(t)
+	d := newDriver(t, t.TempDir(), Policy{})
+	task := testTask(t, map[string]any{"image": testImage, "command": "/bin/true"})
+	tc, err := ParseConfig(task.Config)
+	testenv.Must(t, err)
+	cfg := d.containerConfig(task, tc)
+	testenv.Must(t, applyConfig(cfg, task, tc))
+	cfg.HostConfig.NetworkMode = "none"
+	ctx := testenv.Context(t, 60*time.Second)
+	if _, err := d.c.create(ctx, ContainerName(task.AllocID, task.TaskName), cfg); err != nil {
+		t.Fatal(err)
+	}
+	h, removed, err := d.Find(ctx, driver.FindRequest{AllocID: task.AllocID, Task: task.TaskName})
+	if h != nil || err != nil || len(removed) != 1 {
+		t.Errorf("Find of a created container: %v %v %v, want it removed and nothing to adopt", h, removed, err)
+	}
+	// One that ran, under another name: its exit cannot be told.
+	id, err := d.c.create(ctx, ContainerName(task.AllocID, task.TaskName)+"-old", cfg)
+	testenv.Must(t, err)
+	testenv.Must(t, d.c.start(ctx, id))
+	testenv.Must(t, d.c.wait(ctx, id))
+	h, removed, err = d.Find(ctx, driver.FindRequest{AllocID: task.AllocID, Task: task.TaskName})
+	if h != nil || !errors.Is(err, driver.ErrExitUnknown) || len(removed) != 1 {
+		t.Errorf("Find of another container that ran: %v %v %v, want ErrExitUnknown", h, removed, err)
+	}
+	if left := containersOf(t, task.AllocID); len(left) > 0 {
+		t.Errorf("containers left: %v", left)
+	}
+}
