@@ -361,6 +361,18 @@ func TestExecSignalKillTimeout(t *testing.T) {
 		t.Errorf("exec: code %d err %v output %q, want 7 and exec:hello-env:y", code, err, got)
 	}
 
+	// As a shell says (and podman): 127 for no such command, 126 for a
+	// file that cannot be executed.
+	for _, c := range []struct {
+		cmd  string
+		code int
+	}{{"no-such-command", 127}, {"/no/such", 127}, {"/etc/passwd", 126}} {
+		code, err := h.(driver.Execer).Exec(context.Background(), &driver.ExecRequest{Cmd: []string{c.cmd}})
+		if err != nil || code != c.code {
+			t.Errorf("exec %s: code %d err %v, want %d", c.cmd, code, err, c.code)
+		}
+	}
+
 	if err := h.(driver.Signaler).Signal(context.Background(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	osexec "os/exec"
 	"sort"
@@ -165,16 +166,52 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 	args = append(args, req.Cmd...)
 	cmd := osexec.Command(h.d.bin, args...)
 	cmd.Env = withoutEnv(os.Environ(), "DOCKER_HOST")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, req.Stdout, req.Stderr
+	// Docker 20.10 exits 126 for a command it cannot find too; its
+	// message, which the CLI prints on stdout, tells the two apart (127,
+	// as a shell and podman say). So without a terminal stdout goes
+	// through a copy that keeps its start; on a terminal it is the
+	// terminal itself (the CLI sizes the task's from it) and a missing
+	// command stays 126. stderr is copied likewise.
+	errTail := &headBuffer{max: 4096}
+	cmd.Stdin, cmd.Stdout = req.Stdin, req.Stdout
+	switch {
+	case req.TTY:
+	case req.Stdout == nil:
+		// Not /dev/null, which os/exec would give: the CLI fails to write
+		// there ("write /dev/stdout: invalid argument").
+		cmd.Stdout = errTail
+	default:
+		cmd.Stdout = io.MultiWriter(req.Stdout, errTail)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return -1, fmt.Errorf("%w: docker exec in container %s: %w", driver.ErrExecSetup, h.name, err)
+	}
+	cmd.Stderr = pw
 	if req.TTY {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
-	if err := cmd.Start(); err != nil {
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		var w io.Writer = errTail
+		if req.Stderr != nil {
+			w = io.MultiWriter(req.Stderr, errTail)
+		}
+		_, _ = io.Copy(w, pr)
+	}()
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		<-copied
 		return -1, fmt.Errorf("%w: docker exec in container %s: %w", driver.ErrExecSetup, h.name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() })
 	defer stop()
-	err := cmd.Wait()
+	err = cmd.Wait()
+	<-copied
+	pr.Close()
 	var ee *osexec.ExitError
 	switch {
 	case err == nil:
@@ -183,9 +220,37 @@ func (h *handle) Exec(ctx context.Context, req *driver.ExecRequest) (int, error)
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return 128 + int(ws.Signal()), nil
 		}
-		return ee.ExitCode(), nil
+		code := ee.ExitCode()
+		if msg := errTail.String(); code == 126 && strings.Contains(msg, "OCI runtime exec failed") &&
+			(strings.Contains(msg, "executable file not found") || strings.Contains(msg, "no such file or directory")) {
+			code = 127
+		}
+		return code, nil
 	}
 	return -1, fmt.Errorf("docker exec in container %s: %w", h.name, err)
+}
+
+// headBuffer keeps the first max bytes written to it (by the stdout and
+// stderr copies at once).
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := h.max - len(h.b); n > 0 {
+		h.b = append(h.b, p[:min(n, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (h *headBuffer) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.b)
 }
 
 func execEnvArgs(env map[string]string) []string {
