@@ -52,9 +52,9 @@ type TaskConfig struct {
 
 	Logging Logging
 
-	// Image pulls: the daemon pulls when the image is not local or
-	// force_pull is set; this machine has no registry, so a pull of a
-	// non-local image is an error naming it.
+	// Image pulls: the daemon pulls, from a registry on this host only,
+	// when the image is not local or force_pull is set; otherwise the
+	// error names the image.
 	Auth             Auth
 	AuthSoftFail     bool
 	ForcePull        bool
@@ -94,7 +94,7 @@ const (
 // driver does with it, how it is decoded and checked. The order is that
 // of the problems reported.
 var configKeys = drivercfg.Table[*decoder]{
-	drivercfg.Run("image", func(d *decoder, k string) { d.tc.Image = d.required(k) }).Note("pulled only when not in Docker's local storage or with force_pull"),
+	drivercfg.Run("image", func(d *decoder, k string) { d.tc.Image = d.required(k) }).Note("pulled only when not in Docker's local storage or with force_pull, and only from a registry on this host (localhost, a loopback address): another is an error naming the image"),
 	drivercfg.Run("command", func(d *decoder, k string) { d.tc.Command = d.str(k) }),
 	drivercfg.Run("args", func(d *decoder, k string) { d.tc.Args = d.list(k) }),
 	drivercfg.Run("entrypoint", func(d *decoder, k string) { d.tc.Entrypoint = d.entrypoint(k) }),
@@ -149,7 +149,7 @@ var configKeys = drivercfg.Table[*decoder]{
 	drivercfg.Refuse[*decoder]("healthchecks", whyHealth),
 	drivercfg.Refuse[*decoder]("group_add", whyNamespaces),
 	drivercfg.Refuse[*decoder]("oom_score_adj", "not acted on by this driver yet: leave it out"),
-	drivercfg.Run("force_pull", func(d *decoder, k string) { d.tc.ForcePull = d.boolean(k) }).Note("asks the daemon to pull; no registry answers here, so it fails naming the image"),
+	drivercfg.Run("force_pull", func(d *decoder, k string) { d.tc.ForcePull = d.boolean(k) }).Note("pulls from a registry on this host; an image of another registry is an error naming it"),
 	drivercfg.Run("image_pull_timeout", func(d *decoder, k string) { d.imagePullTimeout(k) }),
 	drivercfg.Run("auth_soft_fail", func(d *decoder, k string) { d.tc.AuthSoftFail = d.boolean(k) }).Note("a pull that fails with auth retries without it"),
 	drivercfg.Run("auth", func(d *decoder, k string) { d.nested(k, authKeys) }).Note("sent with a pull (X-Registry-Auth)"),

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -334,7 +335,10 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 }
 
 // ensureImage pulls the image when it is not in local storage or
-// force_pull is set, within image_pull_timeout.
+// force_pull is set, within image_pull_timeout. Only a registry on this
+// host (localhost, a loopback address) is pulled from: berth's nodes
+// reach no other, and a pull that would try one is an error naming the
+// image, without the daemon going out.
 func (d *Driver) ensureImage(ctx context.Context, tc *TaskConfig) error {
 	have, err := d.c.imageExists(ctx, tc.Image)
 	if err != nil {
@@ -343,6 +347,15 @@ func (d *Driver) ensureImage(ctx context.Context, tc *TaskConfig) error {
 	if have && !tc.ForcePull {
 		return nil
 	}
+	const load = "load it into Docker (docker load; " + SetupScript + " loads localhost/busybox:latest)"
+	if host := registryHost(tc.Image); !loopbackRegistry(host) {
+		why := "is not in Docker's local storage"
+		if have {
+			why = "is to be pulled (force_pull)"
+		}
+		return fmt.Errorf("image %q %s, and its registry %s is not on this host: berth pulls only from a registry on localhost: %s: %w",
+			tc.Image, why, host, load, ErrImageNotFound)
+	}
 	pctx, cancel := context.WithTimeout(ctx, tc.ImagePullTimeout)
 	defer cancel()
 	err = d.c.pull(pctx, tc.Image, registryAuth(tc.Auth))
@@ -350,10 +363,33 @@ func (d *Driver) ensureImage(ctx context.Context, tc *TaskConfig) error {
 		err = d.c.pull(pctx, tc.Image, "")
 	}
 	if err != nil {
-		return fmt.Errorf("image %q is not in Docker's local storage and pulling it failed (%v): load it into Docker (docker load; %s loads localhost/busybox:latest): %w",
-			tc.Image, err, SetupScript, ErrImageNotFound)
+		return fmt.Errorf("image %q: pulling it failed (%v): %s: %w", tc.Image, err, load, ErrImageNotFound)
 	}
 	return nil
+}
+
+// registryHost is the registry of an image reference, as Docker reads it:
+// the first path element when it has a dot or a colon or is localhost,
+// else Docker Hub.
+func registryHost(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if found && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return first
+	}
+	return "docker.io"
+}
+
+func loopbackRegistry(host string) bool {
+	h := host
+	if i := strings.LastIndex(h, ":"); i >= 0 && !strings.HasSuffix(h, "]") {
+		h = h[:i]
+	}
+	h = strings.Trim(h, "[]")
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // abandon removes what a failed Start created, on its own context.

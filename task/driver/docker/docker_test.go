@@ -551,8 +551,22 @@ func TestImageNotLocal(t *testing.T) {
 	d := newDriver(t, t.TempDir(), Policy{})
 	task := testTask(t, map[string]any{"image": "localhost:1/berth-nope:1", "image_pull_timeout": "5s"})
 	_, err := d.Start(testenv.Context(t, 30*time.Second), task)
-	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "localhost:1/berth-nope:1") {
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "localhost:1/berth-nope:1") || !strings.Contains(err.Error(), "pulling it failed") {
 		t.Errorf("Start: %v, want ErrImageNotFound naming the image", err)
+	}
+	// A registry off this host is not asked at all.
+	for _, img := range []string{"busybox:berth-nope", "registry.example.org/x:1"} {
+		task.Config = map[string]any{"image": img}
+		_, err = d.Start(testenv.Context(t, 30*time.Second), task)
+		if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "berth pulls only from a registry on localhost") {
+			t.Errorf("Start %s: %v, want a refusal to pull from off the host", img, err)
+		}
+	}
+	// force_pull of a local image asks its registry (localhost, where
+	// none answers) and fails rather than run the local copy.
+	task.Config = map[string]any{"image": testImage, "force_pull": true, "image_pull_timeout": "5s"}
+	if _, err = d.Start(testenv.Context(t, 30*time.Second), task); !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "pulling it failed") {
+		t.Errorf("force_pull: %v", err)
 	}
 	if left := containersOf(t, task.AllocID); len(left) > 0 {
 		t.Errorf("containers left: %v", left)
