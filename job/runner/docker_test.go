@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -123,5 +124,54 @@ func TestDockerServiceMappedPort(t *testing.T) {
 	checkClean(t, e, sum)
 	if left := dockerLeft(t); len(left) > 0 {
 		t.Errorf("docker containers left: %v", left)
+	}
+}
+
+// BenchmarkDockerVsPodman40 starts 40 allocations at once in a CNI
+// network (Portmap, firewall, loopback) until all are terminal and torn
+// down, with the docker driver and with podman: wall time, allocations
+// per minute and phase p50s. BERTH_BENCH_COUNT sets the count.
+func BenchmarkDockerVsPodman40(b *testing.B) {
+	count := 40
+	if v, err := strconv.Atoi(os.Getenv("BERTH_BENCH_COUNT")); err == nil && v > 0 {
+		count = v
+	}
+	for _, drv := range []string{"docker", "podman"} {
+		b.Run(drv, func(b *testing.B) {
+			if drv == "docker" {
+				requireDocker(b)
+			} else {
+				requireImage(b)
+			}
+			e := newEnvTB(b, testenv.NetworkSpec{Subnet: "10.199.147.0/24", Portmap: true, Firewall: true, Loopback: true})
+			j := e.job(b, fmt.Sprintf(benchJob, count, drv, `image = "localhost/busybox:latest"`))
+			var allocs []*store.Allocation
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				sum, err := e.r.RunJob(context.Background(), j, runner.RunOptions{OnAlloc: func(a *store.Allocation) { allocs = append(allocs, a) }})
+				if err != nil || !sum.OK() {
+					b.Fatalf("run: %v %+v", err, sum)
+				}
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if left := dockerLeft(b); len(left) > 0 {
+				b.Errorf("docker containers left: %v", left)
+			}
+			phases := map[string][]float64{}
+			for _, a := range allocs {
+				for k, v := range a.TimingsMS {
+					phases[k] = append(phases[k], v)
+				}
+			}
+			b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/launch")
+			b.ReportMetric(float64(len(allocs))/elapsed.Minutes(), "allocs/min")
+			for _, k := range []string{"total", "add", "task", "del"} {
+				if len(phases[k]) > 0 {
+					b.ReportMetric(median(phases[k]), k+"-p50-ms")
+				}
+			}
+		})
 	}
 }
