@@ -49,9 +49,18 @@ type Config struct {
 	PodmanSocket string `hcl:"podman_socket,optional" help:"podman service socket (default: berth starts its own under the data dir when a task needs it)"`
 	// PodmanAllowPrivileged lets podman tasks set privileged = true
 	// (Nomad's docker allow_privileged); off, such a job is refused.
-	PodmanAllowPrivileged bool   `hcl:"podman_allow_privileged,optional" help:"let podman tasks run privileged containers (root on the host)"`
-	LogLevel              string `hcl:"log_level,optional" help:"log level: debug, info, warn, error"`
-	LogFormat             string `hcl:"log_format,optional" help:"log format: text or json"`
+	PodmanAllowPrivileged bool `hcl:"podman_allow_privileged,optional" help:"let podman tasks run privileged containers (root on the host)"`
+	// DockerEndpoint is the dockerd socket of the docker driver (Nomad's
+	// docker endpoint); empty is DOCKER_HOST, then /var/run/docker.sock.
+	DockerEndpoint string `hcl:"docker_endpoint,optional" help:"dockerd socket of the docker driver, unix:///path (default: DOCKER_HOST, then unix:///var/run/docker.sock)"`
+	// DockerAllowPrivileged lets docker tasks set privileged = true
+	// (Nomad's docker allow_privileged); off, such a job is refused.
+	DockerAllowPrivileged bool `hcl:"docker_allow_privileged,optional" help:"let docker tasks run privileged containers (root on the host)"`
+	// DockerPauseImage is the image of the docker driver's pause
+	// containers (one per allocation in a group network).
+	DockerPauseImage string `hcl:"docker_pause_image,optional" help:"image of the docker driver's pause containers (default localhost/berth-pause:latest, built by scripts/image/docker-setup.sh)"`
+	LogLevel         string `hcl:"log_level,optional" help:"log level: debug, info, warn, error"`
+	LogFormat        string `hcl:"log_format,optional" help:"log format: text or json"`
 
 	// Bridge is a pointer so that a file without a bridge block keeps the
 	// defaults (gohcl decodes a present block over them).
@@ -212,6 +221,9 @@ func (c *Config) Check(p *Problems) {
 	}
 	if c.PodmanSocket != "" && !filepath.IsAbs(c.PodmanSocket) {
 		p.Add("podman_socket", "%q must be an absolute path (or empty: berth starts its own service)", c.PodmanSocket)
+	}
+	if e := c.DockerEndpoint; e != "" && !strings.HasPrefix(e, "unix:///") && !filepath.IsAbs(e) {
+		p.Add("docker_endpoint", "%q: berth talks to this node's dockerd over its unix socket: use unix:///path", e)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		p.Add("log_level", "%q: use debug, info, warn or error", c.LogLevel)

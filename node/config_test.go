@@ -23,7 +23,8 @@ func TestSettingNames(t *testing.T) {
 	want := []string{
 		"data_dir=data-dir", "netns_dir=netns-dir", "lock_dir=lock-dir",
 		"cni_config_dir=cni-config-dir", "cni_path=cni-path", "cni_cache_dir=cni-cache-dir",
-		"podman_socket=podman-socket", "podman_allow_privileged=podman-allow-privileged", "log_level=log-level", "log_format=log-format",
+		"podman_socket=podman-socket", "podman_allow_privileged=podman-allow-privileged",
+		"docker_endpoint=docker-endpoint", "docker_allow_privileged=docker-allow-privileged", "docker_pause_image=docker-pause-image", "log_level=log-level", "log_format=log-format",
 		"bridge.network=bridge-network", "bridge.iface=bridge-iface", "bridge.subnet=bridge-subnet",
 		"client.cpu_total_compute=client-cpu-total-compute", "client.memory_total_mb=client-memory-total-mb",
 		"client.max_allocs=client-max-allocs", "client.start_workers=client-start-workers", "client.max_pending_launches=client-max-pending-launches",

@@ -9,12 +9,13 @@ import (
 	"github.com/berth/berth/job/runner"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
+	"github.com/berth/berth/task/driver/docker"
 	execdrv "github.com/berth/berth/task/driver/exec"
 	"github.com/berth/berth/task/driver/podman"
 )
 
-// newDrivers registers the drivers berth ships, raw_exec, exec and
-// podman, each made when a task (or gc) first needs it: the podman driver
+// newDrivers registers the drivers berth ships, raw_exec, exec, podman
+// and docker, each made when a task (or gc) first needs it: the podman driver
 // may start a podman service, which a job that uses only raw_exec (or
 // `berth validate`) must not pay for. raw_exec and exec mark their tasks
 // (supervisors, cgroups) with the data dir's store ID, so that a berth
@@ -43,6 +44,7 @@ func newDrivers(cfg *Config, log *slog.Logger, secrets []string) *runner.Drivers
 		return o
 	}
 	podmanPolicy := podman.Policy{AllowPrivileged: cfg.PodmanAllowPrivileged, AllowCaps: t.AllowCaps}
+	dockerPolicy := docker.Policy{AllowPrivileged: cfg.DockerAllowPrivileged, AllowCaps: t.AllowCaps}
 	rawExec, exec := execdrv.NewRawExec(opts(execdrv.NameRawExec)), execdrv.NewExec(opts(execdrv.NameExec))
 	f := map[string]runner.DriverFactory{
 		execdrv.NameRawExec: {
@@ -60,6 +62,13 @@ func newDrivers(cfg *Config, log *slog.Logger, secrets []string) *runner.Drivers
 				return podman.New(ctx, podman.Options{Socket: cfg.PodmanSocket, DataDir: cfg.DataDir, Logger: log, Policy: podmanPolicy})
 			},
 			Validate: podmanPolicy.ValidateConfig,
+		},
+		docker.Name: {
+			New: func(ctx context.Context) (driver.Driver, error) {
+				return docker.New(ctx, docker.Options{Endpoint: cfg.DockerEndpoint, DataDir: cfg.DataDir, Logger: log,
+					Policy: dockerPolicy, PauseImage: cfg.DockerPauseImage})
+			},
+			Validate: dockerPolicy.ValidateConfig,
 		},
 	}
 	if !t.RawExecEnabled {
@@ -86,8 +95,6 @@ func driverHint(name string) string {
 	switch name {
 	case execdrv.NameRawExec:
 		return `raw_exec is disabled on this node: set raw_exec_enabled = true in the tasks block of the agent's config`
-	case "docker":
-		return `berth has no docker driver: podman runs the same images (driver = "podman", config { image = "..." }; install podman)`
 	case "java":
 		return `berth has no java driver: install a JRE and run the jar with exec or raw_exec (command = "java", args = ["-jar", "local/app.jar"])`
 	case "qemu":

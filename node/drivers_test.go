@@ -18,7 +18,6 @@ func TestMissingDriverHint(t *testing.T) {
 		fix     string
 	}{
 		{"raw_exec", false, "set raw_exec_enabled = true in the tasks block of the agent's config"},
-		{"docker", true, `podman runs the same images (driver = "podman"`},
 		{"java", true, "install a JRE and run the jar with exec or raw_exec"},
 		{"qemu", true, "install qemu"},
 		{"containerd-driver", true, `berth loads no task driver plugins, so "containerd-driver" cannot be installed on it`},

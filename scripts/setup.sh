@@ -11,6 +11,12 @@
 #   - the local image localhost/busybox:latest (no registry is reachable);
 #   - Debian's chromium, the headless browser the status page's tests
 #     drive (package ui; on CI a missing chromium fails them);
+#   - Debian's Docker Engine (docker.io, 20.10) for the docker driver,
+#     installed without starting its service, then dockerd started by
+#     scripts/image/docker-setup.sh when none answers, off the host's
+#     firewall (no iptables rules, no FORWARD DROP, no docker0: berth's
+#     containers get their networks through CNI), with localhost/busybox:latest
+#     and the pause image localhost/berth-pause:latest loaded;
 #   - Debian's prometheus (promtool, and the server the metrics tests start
 #     on a port of their own), with its system service left stopped and
 #     disabled;
@@ -90,6 +96,30 @@ if ! installed prometheus; then
 	fi
 fi
 
+# Docker Engine. As for prometheus, its maintainer scripts would start
+# the service (invoke-rc.d docker start, or docker.service where systemd
+# runs) with Docker's defaults, which set the iptables FORWARD policy to
+# DROP and add chains: berth's CNI networks and leak checks break. So no
+# service starts while it installs, the init script is not enabled at boot
+# where no systemd runs, and docker-setup.sh starts dockerd with berth's
+# settings (step 4).
+if ! installed docker.io; then
+	log "installing Debian's docker.io (its service is not started; docker-setup.sh starts dockerd)"
+	apt_update
+	(
+		policy=/usr/sbin/policy-rc.d
+		if [ ! -e "$policy" ]; then
+			trap 'rm -f "$policy"' EXIT
+			printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+			chmod 0755 "$policy"
+		fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >&2
+	)
+	if [ ! -d /run/systemd/system ]; then
+		update-rc.d docker disable >/dev/null 2>&1 || true
+	fi
+fi
+
 # 2. Reference CNI plugins, built from the Go module proxy.
 stamp="$BERTH_CNI_BIN/.berth-cni-version"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$CNI_VERSION" ]; then
@@ -117,10 +147,12 @@ for f in "$root"/examples/cni/*.conflist; do
 	fi
 done
 
-# 4. The local busybox image for the podman driver.
+# 4. The local busybox image for the podman driver; dockerd, with that
+# image and the pause image, for the docker driver.
 if [ -x "$root/scripts/image/build-busybox.sh" ]; then
 	"$root/scripts/image/build-busybox.sh" >&2
 fi
+bash "$root/scripts/image/docker-setup.sh"
 
 # 5. Nomad for the Nomad tests (package nomad): the kept v1.6.5 build.
 nomad_tools="$root/../shared/tools/nomad"

@@ -32,6 +32,17 @@ podman_socket = ""
 # root on the host (Nomad's docker allow_privileged). Off: such a job is refused.
 podman_allow_privileged = false
 
+# The docker driver's dockerd (scripts/image/docker-setup.sh starts one with
+# berth's settings). Empty: DOCKER_HOST, then unix:///var/run/docker.sock.
+docker_endpoint = ""
+
+# As podman_allow_privileged, for docker tasks (Nomad's allow_privileged).
+docker_allow_privileged = false
+
+# The image of the pause container that holds a docker allocation's group
+# network. Empty: localhost/berth-pause:latest (docker-setup.sh builds it).
+docker_pause_image = ""
+
 # Logs: level debug, info, warn or error; format text or json (log/slog).
 log_level  = "info"
 log_format = "text"

@@ -19,8 +19,8 @@ type Snapshot map[string]bool
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 // TakeSnapshot reads namespaces, veths, bridges, host-local leases,
-// CNI iptables chains and rules, libcni cache entries and podman
-// containers.
+// CNI iptables chains and rules (and the FORWARD policy, Docker's
+// chains), libcni cache entries, podman and docker containers.
 func TakeSnapshot(ctx context.Context) (Snapshot, error) {
 	s := Snapshot{}
 	if des, err := os.ReadDir("/run/netns"); err == nil {
@@ -69,6 +69,11 @@ func TakeSnapshot(ctx context.Context) (Snapshot, error) {
 			switch {
 			case strings.HasPrefix(line, "*"):
 				table = line[1:]
+			case strings.HasPrefix(line, ":FORWARD "), strings.HasPrefix(line, ":DOCKER"):
+				// A dockerd started with iptables on sets the FORWARD
+				// policy to DROP and adds its chains.
+				f := strings.Fields(line)
+				s[tool+" "+table+" chain "+f[0][1:]+" "+f[1]] = true
 			case strings.HasPrefix(line, ":CNI-"):
 				s[tool+" "+table+" chain "+strings.Fields(line)[0][1:]] = true
 			case strings.HasPrefix(line, "-A ") && strings.Contains(line, "CNI"):
@@ -103,6 +108,22 @@ func TakeSnapshot(ctx context.Context) (Snapshot, error) {
 		if err == nil {
 			for _, n := range strings.Fields(string(out)) {
 				s["container "+n] = true
+			}
+		}
+	}
+	// Docker containers (the docker driver's tasks and pause containers),
+	// when a daemon answers on its default socket.
+	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
+		bin := "/usr/bin/docker"
+		if _, err := os.Stat(bin); err != nil {
+			bin = "docker"
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := exec.CommandContext(dctx, bin, "-H", "unix:///var/run/docker.sock", "ps", "-a", "--format", "{{.Names}}").Output()
+		cancel()
+		if err == nil {
+			for _, n := range strings.Fields(string(out)) {
+				s["docker container "+n] = true
 			}
 		}
 	}

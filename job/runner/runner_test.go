@@ -23,6 +23,7 @@ import (
 	"github.com/berth/berth/network/netns"
 	"github.com/berth/berth/store"
 	"github.com/berth/berth/task/driver"
+	"github.com/berth/berth/task/driver/docker"
 	execdrv "github.com/berth/berth/task/driver/exec"
 	"github.com/berth/berth/task/driver/podman"
 )
@@ -72,6 +73,12 @@ func newEnvTB(t testing.TB, spec testenv.NetworkSpec) *env {
 				return podman.New(ctx, podman.Options{DataDir: dataDir})
 			},
 			Validate: func(c map[string]any) error { _, err := podman.ParseConfig(c); return err },
+		},
+		"docker": {
+			New: func(ctx context.Context) (driver.Driver, error) {
+				return docker.New(ctx, docker.Options{DataDir: dataDir})
+			},
+			Validate: func(c map[string]any) error { _, err := docker.ParseConfig(c); return err },
 		},
 	})
 	t.Cleanup(func() { _ = drivers.Close(context.Background()) })

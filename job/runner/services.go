@@ -77,9 +77,10 @@ func (a *allocRun) allocNet(t *jobspec.Task) service.AllocNet {
 	}
 	a.mu.Unlock()
 	n := a.net.serviceNet(netns)
-	// A podman container lives in the group's namespace: its address is
+	// A podman or docker container lives in the group's namespace (a
+	// docker one through its pause container): its address is
 	// the allocation's.
-	n.DriverNet = t != nil && t.Driver == "podman" && n.NetnsPath != ""
+	n.DriverNet = t != nil && (t.Driver == "podman" || t.Driver == "docker") && n.NetnsPath != ""
 	return n
 }
 

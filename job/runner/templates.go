@@ -512,8 +512,8 @@ func (a *allocRun) signalTask(ctx context.Context, i int, sig, why string) {
 func (a *allocRun) runChangeScript(ctx context.Context, tt *taskTemplates, rt *renderedTemplate, why string) {
 	cs := rt.spec.ChangeScript
 	err := func() error {
-		if tt.t.Driver == "podman" {
-			return errors.New("berth does not run change scripts in podman containers")
+		if tt.t.Driver == "podman" || tt.t.Driver == "docker" {
+			return fmt.Errorf("berth does not run change scripts in %s containers", tt.t.Driver)
 		}
 		sctx, cancel := context.WithTimeout(ctx, cs.Timeout)
 		defer cancel()

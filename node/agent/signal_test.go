@@ -256,6 +256,10 @@ func taskGone(t *testing.T, h *api.TaskHandle) bool {
 		out, err := exec.Command("podman", "ps", "-a", "-q", "--filter", "id="+h.ContainerID).Output()
 		testenv.Must(t, err)
 		return strings.TrimSpace(string(out)) == ""
+	case "docker":
+		out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "id="+h.ContainerID).Output()
+		testenv.Must(t, err)
+		return strings.TrimSpace(string(out)) == ""
 	default:
 		return !proc.Alive(h.PID, h.PIDStartTime)
 	}

@@ -62,6 +62,8 @@ type Options struct {
 	OpenStore StoreOpener
 	// Podman configures the podman checks.
 	Podman PodmanOptions
+	// Docker configures the docker checks.
+	Docker DockerOptions
 	// Leaks finds what gc would reclaim; nil skips the check.
 	Leaks LeakFinder
 	// Run runs external commands (iptables, podman); nil means ExecRunner.
@@ -128,6 +130,7 @@ func Run(ctx context.Context, o Options) *Report {
 	pctx, cancel := context.WithTimeout(ctx, podmanTimeout)
 	add(CheckPodman(pctx, o.Podman)...)
 	cancel()
+	add(bounded(func(ctx context.Context) []Check { return CheckDocker(ctx, o.Docker) })...)
 	add(CheckStore(ctx, o.DataDir, o.OpenStore))
 	add(CheckLeftovers(ctx, o.Leaks))
 

@@ -23,6 +23,7 @@ import (
 	"github.com/berth/berth/network/hostclean"
 	"github.com/berth/berth/network/netns"
 	"github.com/berth/berth/store"
+	"github.com/berth/berth/task/driver/docker"
 	"github.com/berth/berth/task/driver/podman"
 )
 
@@ -877,4 +878,31 @@ func TestRunFindsPlantedProblems(t *testing.T) {
 		{"store", StatusFail, "move the store aside"},
 		{"leftovers", StatusWarn, leak},
 	})
+}
+
+// The docker checks: a daemon, its API and storage, the pause image; no
+// daemon is a warning that skips the rest.
+func TestCheckDocker(t *testing.T) {
+	good := docker.Probe{Endpoint: "unix:///x.sock", ServerVersion: "20.10.24", APIVersion: "1.41", StorageDriver: "overlay2", CgroupDriver: "cgroupfs",
+		PauseImage: docker.DefaultPauseImage, PauseImagePresent: true}
+	tests := []struct {
+		name  string
+		probe docker.Probe
+		err   error
+		wants []want
+	}{
+		{"all there", good, nil, []want{{"docker/endpoint", StatusOK, "Docker 20.10.24"}, {"docker/api", StatusOK, "API 1.41"},
+			{"docker/storage", StatusOK, "overlay2"}, {"docker/pause-image", StatusOK, docker.DefaultPauseImage}}},
+		{"no daemon", docker.Probe{Endpoint: "unix:///x.sock"}, errors.New("connection refused"), []want{{"docker/endpoint", StatusWarn, "no Docker daemon answers"},
+			{"docker/api", StatusSkip, ""}, {"docker/pause-image", StatusSkip, ""}}},
+		{"old API", docker.Probe{Endpoint: "unix:///x.sock"}, fmt.Errorf("daemon speaks 1.30: %w", docker.ErrAPIVersion), []want{{"docker/endpoint", StatusWarn, "1.30"}}},
+		{"no pause image", func() docker.Probe { p := good; p.PauseImagePresent = false; return p }(), nil, []want{{"docker/pause-image", StatusWarn, "not in Docker's local storage"}}},
+		{"vfs", func() docker.Probe { p := good; p.StorageDriver = "vfs"; return p }(), nil, []want{{"docker/storage", StatusWarn, "vfs"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := CheckDocker(context.Background(), DockerOptions{Probe: func(context.Context, string, string) (docker.Probe, error) { return tt.probe, tt.err }})
+			expect(t, cs, tt.wants)
+		})
+	}
 }

@@ -111,12 +111,13 @@ func (r *run) sweeperOf(ctx context.Context, name string) driver.Sweeper {
 }
 
 // sweepDrivers are the drivers worth asking: those given or opened
-// already, exec's family (cheap), and any other driver a task of an
+// already, exec's family and docker (cheap: one request to a daemon that
+// is berth's to ask, none where no socket is), and any other driver a task of an
 // allocation still running, or lost in this run, used: opening podman may
 // start a service, which a collection with nothing of podman's to find
 // must not pay for, and a dry run never does.
 func (r *run) sweepDrivers(ctx context.Context) []string {
-	names := map[string]bool{"raw_exec": true, "exec": true}
+	names := map[string]bool{"raw_exec": true, "exec": true, "docker": true}
 	for n := range r.drivers {
 		names[n] = true
 	}

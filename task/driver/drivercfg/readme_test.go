@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth/berth/task/driver/docker"
 	"github.com/berth/berth/task/driver/drivercfg"
 	"github.com/berth/berth/task/driver/exec"
 	"github.com/berth/berth/task/driver/podman"
@@ -24,6 +25,7 @@ func TestREADME(t *testing.T) {
 	}{
 		{"exec", exec.ConfigKeys()},
 		{"podman", podman.ConfigKeys()},
+		{"docker", docker.ConfigKeys()},
 	}
 	b, err := os.ReadFile(readme)
 	if err != nil {
