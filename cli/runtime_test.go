@@ -291,7 +291,7 @@ var corpusRuns = map[string]struct {
 	"max_run_duration.hcl":             {skip: "needs /usr/bin/long-job (runner.TestMaxRunDuration covers max_run_duration)"},
 	"memory_unlimited.hcl":             {skip: "needs /usr/bin/bursty (runner.TestExecMemoryMax covers the memory limits)"},
 	"node_cni_absent.hcl":              {refused: `network mode "cni/nope"`},
-	"node_driver_docker.hcl":           {refused: `driver "docker" of task "t" in group "g" is not on this node`},
+	"node_driver_qemu.hcl":             {refused: `driver "qemu" of task "t" in group "g" is not on this node`},
 	"node_driver_java.hcl":             {refused: `driver "java" of task "t" in group "g" is not on this node`},
 	"node_driver_plugin.hcl":           {refused: `driver "containerd-driver" of task "t" in group "g" is not on this node`},
 	"node_driver_typo.hcl":             {refused: `driver "dockr" of task "t" in group "g" is not on this node`},

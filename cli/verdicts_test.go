@@ -21,7 +21,7 @@ type nodeFactCase struct {
 
 var nodeFactCases = []nodeFactCase{
 	{"driver java", "node_driver_java.hcl", "5:16", `driver "java" of task "t" in group "g" is not on this node`, "install a JRE and run the jar with exec or raw_exec"},
-	{"driver docker", "node_driver_docker.hcl", "5:16", `driver "docker" of task "t" in group "g" is not on this node`, `podman runs the same images (driver = "podman"`},
+	{"driver qemu", "node_driver_qemu.hcl", "5:16", `driver "qemu" of task "t" in group "g" is not on this node`, "install qemu and run it with exec or raw_exec"},
 	{"driver plugin", "node_driver_plugin.hcl", "5:16", `driver "containerd-driver" of task "t" in group "g" is not on this node`, "berth loads no task driver plugins"},
 	{"user", "node_user_unknown.hcl", "6:16", `user "berth-corpus-no-such-user" of task "t" in group "g"`, "create the user on this node (useradd berth-corpus-no-such-user)"},
 	{"cni network", "node_cni_absent.hcl", "5:14", `network mode "cni/nope"`, `add a CNI network configuration named "nope"`},

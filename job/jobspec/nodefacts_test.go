@@ -19,7 +19,7 @@ func TestNodeFacts(t *testing.T) {
 		fix        string // what to install or configure
 	}{
 		{"driver java", "node_driver_java", "5:16", `driver "java" of task "t" in group "g" is not on this node`, "hint for java (this node's drivers: exec, podman, raw_exec)"},
-		{"driver docker", "node_driver_docker", "5:16", `driver "docker" of task "t" in group "g"`, "hint for docker"},
+		{"driver qemu", "node_driver_qemu", "5:16", `driver "qemu" of task "t" in group "g"`, "hint for qemu"},
 		{"driver plugin", "node_driver_plugin", "5:16", `driver "containerd-driver" of task "t"`, "hint for containerd-driver"},
 		{"driver typo", "node_driver_typo", "5:16", `driver "dockr" of task "t"`, "this node's drivers: exec, podman, raw_exec"},
 		{"user", "node_user_unknown", "6:16", `user "berth-corpus-no-such-user" of task "t" in group "g"`, "create the user on this node (useradd berth-corpus-no-such-user)"},

@@ -1,10 +1,10 @@
-job "driver-docker" {
+job "driver-qemu" {
   type = "batch"
   group "g" {
     task "t" {
-      driver = "docker"
+      driver = "qemu"
       config {
-        image = "busybox:latest"
+        image_path = "local/disk.img"
       }
     }
   }
