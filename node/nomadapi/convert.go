@@ -74,19 +74,24 @@ func nsOr(ns string) string {
 	return ns
 }
 
-// nomadJob is berth's job as Nomad's Job. versions: Version 0, its
-// indexes the submit time, until berth keeps job versions.
+// nomadJob is berth's job as Nomad's Job: its Version and
+// JobModifyIndex are berth's (a version counter, +1 per change or stop,
+// as `-check-index` compares); its other indexes are times (index).
 func nomadJob(st *api.JobStatus) *napi.Job {
 	sub := index(st.SubmittedAt)
 	mod := sub
 	if st.FinishedAt != nil {
 		mod = max(mod, index(*st.FinishedAt))
 	}
+	jmi := st.JobModifyIndex
+	if jmi == 0 {
+		jmi = 1 // a child job (a launch, a dispatch): never changed
+	}
 	j := &napi.Job{
 		ID: ptr(st.ID), Name: ptr(st.ID), Type: ptr(st.Type), Namespace: ptr(nsOr(st.Namespace)),
 		Status: ptr(nomadStatus(st.Status)), StatusDescription: ptr(st.Error),
-		Stop: ptr(st.Status == api.JobStopping), Version: ptr(uint64(0)), Stable: ptr(true),
-		SubmitTime: ptr(st.SubmittedAt.UnixNano()), CreateIndex: ptr(sub), ModifyIndex: ptr(mod), JobModifyIndex: ptr(sub),
+		Stop: ptr(st.Status == api.JobStopping || st.Stopped), Version: ptr(st.Version), Stable: ptr(true),
+		SubmitTime: ptr(st.SubmittedAt.UnixNano()), CreateIndex: ptr(sub), ModifyIndex: ptr(mod), JobModifyIndex: ptr(jmi),
 		Priority: ptr(50), Region: ptr("global"), NodePool: ptr("default"), AllAtOnce: ptr(false),
 	}
 	if st.ParentID != "" {

@@ -49,12 +49,19 @@ type jobsState struct {
 	mu      sync.Mutex
 	evals   []*evalRec
 	deploys []*deployRec
-	// jobs are the jobs as Nomad's CLI last registered them, for plan's
-	// diff (versions: replaced by berth's job versions).
-	jobs map[string]*napi.Job
+	// jobs are the jobs as Nomad's CLI last registered them, for plan:
+	// the CLI sends plan only the JSON job, not its source.
+	jobs map[string]registered
 }
 
-func newJobsState() *jobsState { return &jobsState{jobs: map[string]*napi.Job{}} }
+// registered is a job as the CLI last registered it: the JSON it parsed
+// and the source berth parsed.
+type registered struct {
+	job *napi.Job
+	src JobSource
+}
+
+func newJobsState() *jobsState { return &jobsState{jobs: map[string]registered{}} }
 
 func uuid() string {
 	var b [16]byte
@@ -85,16 +92,18 @@ func (js *jobsState) newEval(t time.Time, jobID, jobType, trigger string, expect
 	return e
 }
 
-func (js *jobsState) rememberJob(id string, j *napi.Job) {
+func (js *jobsState) rememberJob(id string, j *napi.Job, src JobSource) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	js.jobs[id] = j
+	js.jobs[id] = registered{job: j, src: src}
 }
 
-func (js *jobsState) registered(id string) *napi.Job {
+// registered is the job id as last registered (ok false: none kept).
+func (js *jobsState) registered(id string) (registered, bool) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	return js.jobs[id]
+	r, ok := js.jobs[id]
+	return r, ok
 }
 
 // stopped forgets what was kept of a stopped job but its evaluations.
