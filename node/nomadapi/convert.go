@@ -28,39 +28,6 @@ func nomadStatus(s string) string {
 	return "dead"
 }
 
-// allocStub is an allocation as Nomad's lists show it
-// (AllocationListStub): node is this node's ID and name.
-func allocStub(a *api.Allocation, jobType string, node NodeInfo) *napi.AllocationListStub {
-	return allocStubServices(a, jobType, node, 0)
-}
-
-// allocStubServices is allocStub of an allocation whose group has that
-// many services: it is healthy once they pass.
-func allocStubServices(a *api.Allocation, jobType string, node NodeInfo, services int) *napi.AllocationListStub {
-	s := &napi.AllocationListStub{
-		ID: a.ID, Name: fmt.Sprintf("%s.%s[%d]", a.JobID, a.Group, a.Index), Namespace: nsOr(a.Namespace),
-		NodeID: node.ID, NodeName: node.Name, JobID: a.JobID, JobType: jobType, TaskGroup: a.Group,
-		DesiredStatus: "run", ClientStatus: a.Status, ClientDescription: a.StatusDesc,
-		TaskStates: taskStates(a), NextAllocation: a.NextAllocation,
-		CreateIndex: index(a.CreatedAt), ModifyIndex: index(a.ModifiedAt),
-		CreateTime: a.CreatedAt.UnixNano(), ModifyTime: a.ModifiedAt.UnixNano(),
-	}
-	if terminal(a.Status) {
-		s.DesiredStatus = "stop"
-		if a.Status == api.AllocComplete && jobType != "service" {
-			s.DesiredStatus = "run"
-		}
-	}
-	if a.Status == allocUnreadable {
-		s.ClientStatus = "unknown"
-	}
-	if jobType == "service" && a.Status != api.AllocPending {
-		h := allocHealthy(a, services)
-		s.DeploymentStatus = &napi.AllocDeploymentStatus{Healthy: &h, Timestamp: a.ModifiedAt}
-	}
-	return s
-}
-
 const allocUnreadable = "unreadable"
 
 func terminal(status string) bool {

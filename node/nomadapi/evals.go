@@ -2,7 +2,6 @@ package nomadapi
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net/http"
 	"sort"
@@ -63,22 +62,14 @@ type registered struct {
 
 func newJobsState() *jobsState { return &jobsState{jobs: map[string]registered{}} }
 
-func uuid() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 // newEval records an evaluation of jobID made at t (before the request
 // that made it ran: its allocations are newer).
 func (js *jobsState) newEval(t time.Time, jobID, jobType, trigger string, expect int, deploy bool) *evalRec {
-	e := &evalRec{id: uuid(), jobID: jobID, jobType: jobType, trigger: trigger, created: t, expect: expect}
+	e := &evalRec{id: newUUID(), jobID: jobID, jobType: jobType, trigger: trigger, created: t, expect: expect}
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if deploy {
-		d := &deployRec{id: uuid(), jobID: jobID, created: e.created}
+		d := &deployRec{id: newUUID(), jobID: jobID, created: e.created}
 		e.deployment = d.id
 		js.deploys = append(js.deploys, d)
 		if len(js.deploys) > maxEvals {
@@ -368,8 +359,9 @@ func (s *Server) handleEvalAllocs(w http.ResponseWriter, r *http.Request) {
 		idx := index(e.created)
 		node := s.nodeOf(ctx)
 		svcs, _ := s.b.JobServices(ctx, e.jobID)
+		job := s.jobSpec(ctx, e.jobID)
 		for _, a := range since(allocs, e.created) {
-			st := allocStubServices(a, e.jobType, node, svcs[a.Group])
+			st := s.stubOf(a, job, e.jobType, node, svcs[a.Group])
 			st.EvalID = e.id
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
@@ -425,11 +417,20 @@ func (s *Server) handleDeploymentAllocs(w http.ResponseWriter, r *http.Request) 
 		idx := index(d.created)
 		node := s.nodeOf(ctx)
 		svcs, _ := s.b.JobServices(ctx, d.jobID)
+		job := s.jobSpec(ctx, d.jobID)
 		for _, a := range since(allocs, d.created) {
-			st := allocStubServices(a, "service", node, svcs[a.Group])
+			st := s.stubOf(a, job, "service", node, svcs[a.Group])
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
 		}
 		return idx, out, nil
 	})
+}
+
+// jobSpec is the job's spec as berth has it (nil when unknown).
+func (s *Server) jobSpec(ctx context.Context, id string) *api.Job {
+	if st, err := s.b.JobStatus(ctx, id); err == nil {
+		return st.Job
+	}
+	return nil
 }

@@ -150,14 +150,13 @@ func (s *Server) handleJobGet(w http.ResponseWriter, r *http.Request) {
 			}
 			all := r.URL.Query().Get("all") == "true"
 			svcs, _ := s.b.JobServices(ctx, id)
+			node := s.nodeOf(ctx)
 			out := []*napi.AllocationListStub{}
 			for _, a := range allocs {
 				if !all && a.JobID != id && a.ParentJobID != id {
 					continue
 				}
-				as := allocStubServices(a, st.Type, s.nodeOf(ctx), svcs[a.Group])
-				as.EvalID = s.state.evalFor(a.JobID, a.CreatedAt)
-				out = append(out, as)
+				out = append(out, s.stubOf(a, st.Job, st.Type, node, svcs[a.Group]))
 			}
 			return maxIndex(st, allocs), out, nil
 		})
