@@ -13,8 +13,9 @@ import (
 )
 
 // The converters from berth's API types to Nomad's. berth has no
-// evaluations, deployments nor job versions of its own: every job is at
-// version 0 and its indexes are the Unix milliseconds of its changes.
+// evaluations nor deployments of its own; a job's Version and
+// JobModifyIndex are berth's, its other indexes the Unix milliseconds of
+// its changes.
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 

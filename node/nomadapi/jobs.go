@@ -71,10 +71,10 @@ type JobSource struct {
 //
 //	GET    /v1/jobs[?prefix=]                 []JobListStub (a periodic job's launches too)
 //	PUT    /v1/jobs, /v1/job/:id              register (needs the Submission: berth parses the source)
-//	GET    /v1/job/:id                        Job (version 0 until berth keeps versions)
-//	DELETE /v1/job/:id[?purge=]               stop (today always a purge); an evaluation
+//	GET    /v1/job/:id                        Job (its version and modify index berth's)
+//	DELETE /v1/job/:id[?purge=]               stop (dead until purged); an evaluation
 //	GET    /v1/job/:id/summary|allocations|evaluations|deployment|deployments|versions
-//	PUT    /v1/job/:id/plan                   a diff against the job last registered here
+//	PUT    /v1/job/:id/plan                   berth's plan, or a JSON diff (handlePlan)
 //	PUT    /v1/job/:id/dispatch               a dispatched child; an evaluation
 //	PUT    /v1/job/:id/evaluate               a complete evaluation (berth schedules at once)
 //	PUT    /v1/job/:id/periodic/force         501: not yet
