@@ -135,6 +135,10 @@ func (b nomadBackend) PlanJob(ctx context.Context, src nomadapi.JobSource) (*api
 	return resp, nomadJobErr(err)
 }
 
+func (b nomadBackend) ForcePeriodic(ctx context.Context, id string) error {
+	return nomadJobErr(b.a.forcePeriodic(id))
+}
+
 func (b nomadBackend) DispatchJob(ctx context.Context, id string, req api.JobDispatchRequest) (*api.JobDispatchResponse, error) {
 	resp, err := b.a.dispatch(ctx, id, req)
 	return resp, nomadJobErr(err)

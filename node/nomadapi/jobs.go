@@ -41,6 +41,8 @@ type JobsBackend interface {
 	// PlanJob is what registering src would do: berth's own diff against
 	// the current version.
 	PlanJob(ctx context.Context, src JobSource) (*api.JobPlanResponse, error)
+	// ForcePeriodic launches a running periodic job now.
+	ForcePeriodic(ctx context.Context, id string) error
 	// DispatchJob runs one dispatch of a parameterized job.
 	DispatchJob(ctx context.Context, id string, req api.JobDispatchRequest) (*api.JobDispatchResponse, error)
 	// NodeInfo describes this node.
@@ -77,7 +79,7 @@ type JobSource struct {
 //	PUT    /v1/job/:id/plan                   berth's plan, or a JSON diff (handlePlan)
 //	PUT    /v1/job/:id/dispatch               a dispatched child; an evaluation
 //	PUT    /v1/job/:id/evaluate               a complete evaluation (berth schedules at once)
-//	PUT    /v1/job/:id/periodic/force         501: not yet
+//	PUT    /v1/job/:id/periodic/force         a launch now; an evaluation
 //	GET    /v1/evaluations, /v1/evaluation/:id[/allocations]
 //	GET    /v1/deployments, /v1/deployment/:id, /v1/deployment/allocations/:id
 //	GET    /v1/nodes, /v1/node/:id[/allocations], /v1/client/stats
@@ -220,7 +222,7 @@ func (s *Server) handleJobPut(w http.ResponseWriter, r *http.Request) {
 	case "dispatch":
 		s.handleDispatch(w, r, id)
 	case "periodic/force":
-		writeError(w, http.StatusNotImplemented, fmt.Errorf("job %s: berth does not force periodic launches yet; the schedule runs it at its next launch", id))
+		s.handleForce(w, r, id)
 	case "evaluate":
 		s.handleEvaluate(w, r, id)
 	default:
@@ -560,6 +562,28 @@ func topVersionless(j *napi.Job) *napi.Job {
 	c.Version, c.SubmitTime, c.CreateIndex, c.ModifyIndex, c.JobModifyIndex = nil, nil, nil, nil, nil
 	c.Status, c.StatusDescription, c.Stable, c.Stop = nil, nil, nil, nil
 	return &c
+}
+
+// handleForce is `nomad job periodic force`: the launch happens at once
+// in berth's runner; its evaluation places nothing the monitor waits for.
+func (s *Server) handleForce(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	st, err := s.b.JobStatus(ctx, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	t0 := time.Now()
+	if err := s.b.ForcePeriodic(ctx, id); err != nil {
+		writeErr(w, err)
+		return
+	}
+	e := s.state.newEval(t0, id, st.Type, "periodic-job", 0, false)
+	// Nomad's api package keeps its periodic force response unexported.
+	writeJSON(w, index(e.created), struct {
+		EvalID          string
+		EvalCreateIndex uint64
+	}{e.id, index(e.created)})
 }
 
 func (s *Server) handleDispatch(w http.ResponseWriter, r *http.Request, id string) {

@@ -259,7 +259,7 @@ func TestNomadCLIJobService(t *testing.T) {
 	out, code = e.nomad(t, "job", "status", "nweb")
 	wantExit(t, "job status of a stopped job", code, 0)
 	want(t, "job status stopped", out, `Status\s+= dead \(stopped\)`)
-	out, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nweb")
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nweb")
 	wantExit(t, "job stop -purge", code, 0)
 	out, code = e.nomad(t, "job", "status", "nweb")
 	if code == 0 {
@@ -304,6 +304,23 @@ func TestNomadCLIJobPeriodic(t *testing.T) {
 
 	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "cni-debug")
 	wantExit(t, "job stop", code, 0)
+
+	// `job periodic force` launches a job whose schedule is far away.
+	yearly := e.jobFile(t, "yearly.nomad.hcl", strings.NewReplacer(`job "nbatch"`, `job "nyearly"`,
+		`type = "batch"`, "type = \"batch\"\n  periodic {\n    crons = [\"0 0 1 1 *\"]\n  }", "sleep 2", "sleep 0").Replace(batchJob))
+	_, code = e.nomad(t, "job", "run", yearly)
+	wantExit(t, "job run yearly", code, 0)
+	out, code = e.nomad(t, "job", "periodic", "force", "nyearly")
+	wantExit(t, "job periodic force", code, 0)
+	want(t, "job periodic force", out, `finished with status "complete"`)
+	deadline = time.Now().Add(20 * time.Second)
+	for !regexp.MustCompile(`nyearly/periodic-[0-9]+`).MatchString(out) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		out, _ = e.nomad(t, "job", "status", "nyearly")
+	}
+	want(t, "job status after a force", out, `nyearly/periodic-[0-9]+`)
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nyearly")
+	wantExit(t, "job stop yearly", code, 0)
 }
 
 const paramJob = `job "nparam" {
