@@ -520,14 +520,11 @@ func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request, id strin
 		writeErr(w, err)
 		return
 	}
+	// A child job (a launch, a dispatch) has no versions of its own: the
+	// agent knows none (or refuses its ID); it is its only version.
 	vs, err := s.b.JobVersions(ctx, id)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		writeErr(w, err)
-		return
-	}
 	out := napi.JobVersionsResponse{Versions: []*napi.Job{}}
-	if vs == nil || len(vs.Versions) == 0 {
-		// A child job (a launch, a dispatch) has no versions of its own.
+	if err != nil || vs == nil || len(vs.Versions) == 0 {
 		out.Versions = append(out.Versions, nomadJob(st))
 		writeJSON(w, *out.Versions[0].ModifyIndex, out)
 		return
