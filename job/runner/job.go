@@ -55,6 +55,9 @@ type RunOptions struct {
 	// OnLaunch is told each periodic launch's time, to be kept as the
 	// next LastLaunch.
 	OnLaunch func(time.Time)
+	// Force launches a periodic job at once, out of its schedule, on
+	// each receive (Nomad's `job periodic force`); the schedule goes on.
+	Force <-chan struct{}
 	// OnPhase is told when an allocation enters a phase (Phase*), from
 	// the goroutine that runs it: calls may be concurrent.
 	OnPhase func(allocID, phase string)
@@ -370,8 +373,11 @@ func (jr *jobRun) periodic(sctx context.Context) {
 		if next.IsZero() {
 			break
 		}
-		if !sleep(sctx, time.Until(next)) {
+		if forced, ok := sleepOrForce(sctx, time.Until(next), o.Force); !ok {
 			break
+		} else if forced {
+			next = o.Now()
+			r.log.Info("periodic launch forced", "job", job.ID, "at", next)
 		}
 		if o.OnLaunch != nil {
 			o.OnLaunch(next)
@@ -524,4 +530,22 @@ func (r *Runner) LeakCheck(ctx context.Context, allocIDs []string) []string {
 	}
 	sort.Strings(leaks)
 	return leaks
+}
+
+// sleepOrForce is sleep, cut short by a receive on force (nil: never):
+// ok is false when ctx ended.
+func sleepOrForce(ctx context.Context, d time.Duration, force <-chan struct{}) (forced, ok bool) {
+	if force == nil {
+		return false, sleep(ctx, d)
+	}
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-t.C:
+		return false, true
+	case <-force:
+		return true, true
+	}
 }

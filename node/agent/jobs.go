@@ -121,6 +121,9 @@ type jobRun struct {
 	// recordErr is the first one's cause.
 	unrecorded int
 	recordErr  string
+	// force launches a periodic job now (forcePeriodic); one pending
+	// force is enough.
+	force chan struct{}
 }
 
 func (jr *jobRun) recordError() string {
@@ -310,6 +313,9 @@ func (a *Agent) start(jr *jobRun) error {
 		return ErrDraining
 	}
 	jr.cancel, jr.done, jr.summary = cancel, make(chan struct{}), nil
+	if jr.force == nil {
+		jr.force = make(chan struct{}, 1)
+	}
 	jr.unrecorded, jr.recordErr = 0, ""
 	done := jr.done
 	a.runs.Add(1)
@@ -374,6 +380,7 @@ func (a *Agent) start(jr *jobRun) error {
 		log.Info("job started", "type", job.Type, "groups", len(job.Groups), "version", jr.rec.Version)
 		a.mu.Lock()
 		o := runner.RunOptions{
+			Force:   jr.force,
 			OnAlloc: func(al *store.Allocation) { a.allocDone(log, jr, al) },
 			Adopt:   jr.adopt,
 			Resume:  jr.adopt != nil,
@@ -1018,4 +1025,29 @@ func (a *Agent) jobCounts() map[string]int {
 		by[jr.status()]++
 	}
 	return by
+}
+
+// forcePeriodic launches a running periodic job now, out of its
+// schedule, as `nomad job periodic force`; the launch's checks
+// (prohibit_overlap, pending launches) still apply.
+func (a *Agent) forcePeriodic(id string) error {
+	if err := validJobID(id); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	jr := a.jobs[id]
+	switch {
+	case jr == nil:
+		return fmt.Errorf("job %q: %w", id, ErrJobNotFound)
+	case jr.job == nil || jr.job.Periodic == nil || !jr.job.Periodic.Enabled:
+		return fmt.Errorf("%w: job %s is not a periodic job (or its periodic block is disabled)", errBadRequest, id)
+	case jr.cancel == nil || jr.stopping || jr.replacing || jr.force == nil:
+		return fmt.Errorf("%w: job %s is not running: run it first", errBadRequest, id)
+	}
+	select {
+	case jr.force <- struct{}{}:
+	default: // a force is pending already
+	}
+	return nil
 }

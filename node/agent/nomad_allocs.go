@@ -77,11 +77,21 @@ func (b nomadBackend) Allocs(ctx context.Context, prefix string) ([]nomadapi.All
 	}
 	// Nomad's list is newest first.
 	slices.SortStableFunc(l, func(x, y *store.Allocation) int { return y.CreatedAt.Compare(x.CreatedAt) })
-	out := make([]nomadapi.AllocInfo, 0, len(l))
+	var mine []*store.Allocation
 	for _, al := range l {
 		if strings.HasPrefix(al.ID, prefix) {
-			out = append(out, b.allocInfo(al, wireAlloc(al)))
+			mine = append(mine, al)
 		}
+	}
+	// With their services: a service job's allocation is healthy once
+	// they pass, as in the job's list of them.
+	wires, err := b.withServices(ctx, mine)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]nomadapi.AllocInfo, 0, len(mine))
+	for i, al := range mine {
+		out = append(out, b.allocInfo(al, wires[i]))
 	}
 	return out, nil
 }

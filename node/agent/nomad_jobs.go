@@ -36,12 +36,17 @@ func nomadJobErr(err error) error {
 		return fmt.Errorf("%w: %w", nomadapi.ErrBadRequest, err)
 	case errors.Is(err, ErrJobNotFound), errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %w", nomadapi.ErrNotFound, err)
+	case errors.Is(err, ErrIndexMismatch):
+		// Nomad's words ("conflicting job modify index"), which scripts
+		// match, before berth's.
+		return fmt.Errorf("%w: conflicting job modify index: %w", nomadapi.ErrConflict, err)
 	}
 	return err
 }
 
 func (b nomadBackend) RegisterJob(ctx context.Context, src nomadapi.JobSource) (*api.JobSubmitResponse, error) {
-	req := api.JobSubmitRequest{JobHCL: src.Source, Filename: src.Filename, Vars: src.Vars, VarFiles: src.VarFiles}
+	req := api.JobSubmitRequest{JobHCL: src.Source, Filename: src.Filename, Vars: src.Vars, VarFiles: src.VarFiles,
+		EnforceIndex: src.EnforceIndex, JobModifyIndex: src.JobModifyIndex}
 	if err := checkVarFiles(&req); err != nil {
 		return nil, nomadJobErr(err)
 	}
@@ -112,6 +117,26 @@ func (b nomadBackend) withServices(ctx context.Context, l []*store.Allocation) (
 func (b nomadBackend) StopJob(ctx context.Context, id string, purge bool) (*api.JobStopResponse, error) {
 	resp, err := b.a.stop(ctx, id, api.JobStopOptions{Purge: purge})
 	return resp, nomadJobErr(err)
+}
+
+func (b nomadBackend) JobVersions(ctx context.Context, id string) (*api.JobVersions, error) {
+	v, err := b.a.JobVersions(ctx, id)
+	return v, nomadJobErr(err)
+}
+
+// PlanJob plans src with berth's parser: the diff against the current
+// version, as `berth job plan`.
+func (b nomadBackend) PlanJob(ctx context.Context, src nomadapi.JobSource) (*api.JobPlanResponse, error) {
+	req := api.JobSubmitRequest{JobHCL: src.Source, Filename: src.Filename, Vars: src.Vars, VarFiles: src.VarFiles}
+	if err := checkVarFiles(&req); err != nil {
+		return nil, nomadJobErr(err)
+	}
+	resp, err := b.a.plan(ctx, req)
+	return resp, nomadJobErr(err)
+}
+
+func (b nomadBackend) ForcePeriodic(ctx context.Context, id string) error {
+	return nomadJobErr(b.a.forcePeriodic(id))
 }
 
 func (b nomadBackend) DispatchJob(ctx context.Context, id string, req api.JobDispatchRequest) (*api.JobDispatchResponse, error) {

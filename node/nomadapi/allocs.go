@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	napi "github.com/hashicorp/nomad/api"
 
@@ -50,7 +51,9 @@ type AllocInfo struct {
 	Alloc *api.Allocation
 	// Job is the job's spec as berth has it (nil when unknown: a job
 	// stopped and purged, a source that no longer parses).
-	Job        *api.Job
+	Job *api.Job
+	// JobType is the job's type when Job is nil ("" if unknown).
+	JobType    string
 	JobVersion uint64
 	NodeID     string
 	NodeName   string
@@ -87,13 +90,18 @@ func (s *Server) handleAllocs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]*napi.AllocationListStub, 0, len(l))
-	var index uint64
+	var idx uint64
+	svcs := map[string]map[string]int{} // by job
 	for _, ai := range l {
-		st := allocListStub(ai)
-		index = max(index, st.ModifyIndex)
+		job := ai.Alloc.JobID
+		if _, ok := svcs[job]; !ok {
+			svcs[job], _ = s.b.JobServices(r.Context(), job)
+		}
+		st := allocListStub(ai, s.evalOf(ai.Alloc), svcs[job][ai.Alloc.Group])
+		idx = max(idx, st.ModifyIndex)
 		out = append(out, st)
 	}
-	writeJSON(w, index, out)
+	writeJSON(w, idx, out)
 }
 
 func (s *Server) handleAlloc(w http.ResponseWriter, r *http.Request) {
@@ -103,18 +111,28 @@ func (s *Server) handleAlloc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	al := allocFull(ai)
+	al.EvalID = s.evalOf(ai.Alloc)
 	writeJSON(w, al.ModifyIndex, al)
 }
 
-// handleAllocStop answers with an evaluation ID, as Nomad's: berth has
-// no scheduler, so it names the stop and nothing else waits on it.
+// handleAllocStop answers with an evaluation, as Nomad's: berth has no
+// scheduler, so the evaluation places nothing and is complete at once;
+// it is recorded so that the CLI's monitor (`alloc stop` without
+// -detach) finds it.
 func (s *Server) handleAllocStop(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := s.b.StopAlloc(r.Context(), id); err != nil {
+	ctx := r.Context()
+	ai, err := s.b.Alloc(ctx, r.PathValue("id"))
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, 1, napi.AllocStopResponse{EvalID: newUUID()})
+	t0 := time.Now()
+	if err := s.b.StopAlloc(ctx, ai.Alloc.ID); err != nil {
+		writeErr(w, err)
+		return
+	}
+	e := s.state.newEval(t0, ai.Alloc.JobID, jobTypeOf(ai), "alloc-stop", 0, false)
+	writeJSON(w, index(e.created), napi.AllocStopResponse{EvalID: e.id})
 }
 
 func (s *Server) handleAllocRestart(w http.ResponseWriter, r *http.Request) {
@@ -211,13 +229,22 @@ func allocName(al *api.Allocation) string {
 	return fmt.Sprintf("%s.%s[%d]", al.JobID, al.Group, al.Index)
 }
 
-// desiredStatus: berth asks every allocation to run until it is stopped;
-// a terminal one is not asked anything any more.
-func desiredStatus(al *api.Allocation) string {
-	if al.Status == api.AllocLost {
+// desiredStatus is what Nomad's scheduler would want of an allocation:
+// a terminal one was stopped, but for a finished batch-like one, whose
+// job wanted it to run to its end.
+func desiredStatus(al *api.Allocation, jobType string) string {
+	if terminal(al.Status) && !(al.Status == api.AllocComplete && jobType != "service") {
 		return "stop"
 	}
 	return "run"
+}
+
+// jobTypeOf is the type of an allocation's job ("" if unknown).
+func jobTypeOf(ai AllocInfo) string {
+	if ai.Job != nil && ai.Job.Type != "" {
+		return ai.Job.Type
+	}
+	return ai.JobType
 }
 
 // allocIndex is an allocation's index for Nomad's blocking queries: its
@@ -226,22 +253,50 @@ func allocIndex(al *api.Allocation) uint64 {
 	return uint64(max(al.ModifiedAt.UnixNano(), al.CreatedAt.UnixNano(), 1))
 }
 
-// allocListStub is Nomad's AllocationListStub of an allocation.
-func allocListStub(ai AllocInfo) *napi.AllocationListStub {
+// allocListStub is an allocation as Nomad's lists show it
+// (AllocationListStub): the one converter of /v1/allocations and of the
+// job, evaluation, deployment and node lists. evalID is the evaluation
+// that placed it (Server.evalOf); services is how many services its group
+// has: a service job's allocation is healthy once they all pass.
+func allocListStub(ai AllocInfo, evalID string, services int) *napi.AllocationListStub {
 	al := ai.Alloc
-	jobType := ""
-	if ai.Job != nil {
-		jobType = ai.Job.Type
-	}
-	return &napi.AllocationListStub{
-		ID: al.ID, EvalID: evalIDOf(al), Name: allocName(al), Namespace: namespace(al.Namespace),
+	jobType := jobTypeOf(ai)
+	s := &napi.AllocationListStub{
+		ID: al.ID, EvalID: evalID, Name: allocName(al), Namespace: namespace(al.Namespace),
 		NodeID: ai.NodeID, NodeName: ai.NodeName, JobID: al.JobID, JobType: jobType, JobVersion: ai.JobVersion,
 		TaskGroup: al.Group, AllocatedResources: allocatedResources(ai),
-		DesiredStatus: desiredStatus(al), ClientStatus: al.Status, ClientDescription: al.StatusDesc,
+		DesiredStatus: desiredStatus(al, jobType), ClientStatus: al.Status, ClientDescription: al.StatusDesc,
 		TaskStates: taskStates(al), NextAllocation: al.NextAllocation, RescheduleTracker: rescheduleTracker(al),
-		CreateIndex: uint64(max(al.CreatedAt.UnixNano(), 1)), ModifyIndex: allocIndex(al),
+		CreateIndex: index(al.CreatedAt), ModifyIndex: index(al.ModifiedAt),
 		CreateTime: al.CreatedAt.UnixNano(), ModifyTime: al.ModifiedAt.UnixNano(),
 	}
+	if s.EvalID == "" {
+		s.EvalID = evalIDOf(al)
+	}
+	if al.Status == allocUnreadable {
+		s.ClientStatus = "unknown"
+	}
+	if jobType == "service" && al.Status != api.AllocPending {
+		h := allocHealthy(al, services)
+		s.DeploymentStatus = &napi.AllocDeploymentStatus{Healthy: &h, Timestamp: al.ModifiedAt}
+	}
+	return s
+}
+
+// evalOf is the evaluation that placed al: the one this API recorded for
+// the register or dispatch that made it, else one named after it.
+func (s *Server) evalOf(al *api.Allocation) string {
+	if id := s.state.evalFor(al.JobID, al.CreatedAt); id != "" {
+		return id
+	}
+	return evalIDOf(al)
+}
+
+// stubOf is allocListStub of an allocation of a job known as job (nil
+// if unknown) of type jobType, on node n.
+func (s *Server) stubOf(a *api.Allocation, job *api.Job, jobType string, n NodeInfo, services int) *napi.AllocationListStub {
+	ai := AllocInfo{Alloc: a, Job: job, JobType: jobType, NodeID: n.ID, NodeName: n.Name, Datacenter: n.Datacenter}
+	return allocListStub(ai, s.evalOf(a), services)
 }
 
 // allocFull is Nomad's Allocation of an allocation: every pointer the
@@ -257,7 +312,7 @@ func allocFull(ai AllocInfo) *napi.Allocation {
 		Metrics: &napi.AllocationMetric{
 			NodesEvaluated: 1, NodesInPool: 1, NodePool: "default", NodesAvailable: map[string]int{ai.Datacenter: 1},
 		},
-		DesiredStatus: desiredStatus(al), ClientStatus: al.Status, ClientDescription: al.StatusDesc,
+		DesiredStatus: desiredStatus(al, jobTypeOf(ai)), ClientStatus: al.Status, ClientDescription: al.StatusDesc,
 		TaskStates: taskStates(al), PreviousAllocation: al.PreviousAllocation, NextAllocation: al.NextAllocation,
 		RescheduleTracker: rescheduleTracker(al),
 		CreateIndex:       uint64(max(al.CreatedAt.UnixNano(), 1)), ModifyIndex: allocIndex(al), AllocModifyIndex: allocIndex(al),

@@ -3,6 +3,7 @@ package nomadapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -275,10 +276,37 @@ func TestNomadCLIAlloc(t *testing.T) {
 		e.must(t, 0, []string{"Restart Signaled", `Task "web" is "running"`}, "alloc", "status", id)
 	})
 
+	t.Run("lists agree", func(t *testing.T) {
+		// /v1/allocations and /v1/job/:id/allocations: one converter.
+		stub := func(args ...string) map[string]any {
+			out := e.must(t, 0, nil, args...)
+			var l []map[string]any
+			if err := json.Unmarshal([]byte(out), &l); err != nil {
+				t.Fatalf("nomad %s: %v", strings.Join(args, " "), err)
+			}
+			for _, a := range l {
+				if a["ID"] == al.ID {
+					return a
+				}
+			}
+			t.Fatalf("nomad %s: no allocation %s", strings.Join(args, " "), al.ID)
+			return nil
+		}
+		all, job := stub("alloc", "status", "-json"), stub("job", "allocs", "-json", "napi-alloc")
+		for _, k := range []string{"EvalID", "DesiredStatus", "ClientStatus", "JobType", "DeploymentStatus", "AllocatedResources"} {
+			a, _ := json.Marshal(all[k])
+			j, _ := json.Marshal(job[k])
+			if string(a) != string(j) {
+				t.Errorf("allocation %s: %s is %s in /v1/allocations, %s in the job's list", al.ID, k, a, j)
+			}
+		}
+	})
+
 	t.Run("stop", func(t *testing.T) {
-		out := e.must(t, 0, nil, "alloc", "stop", "-detach", id)
+		// Without -detach the CLI monitors the stop's evaluation.
+		out := e.must(t, 0, []string{`finished with status "complete"`}, "alloc", "stop", id)
 		if !regexp.MustCompile(`[0-9a-f]{8}`).MatchString(out) {
-			t.Errorf("alloc stop -detach: no evaluation ID")
+			t.Errorf("alloc stop: no evaluation ID")
 		}
 		waitFor(t, "the allocation to stop", time.Minute, func() bool {
 			a, err := e.c.Allocation(context.Background(), al.ID)

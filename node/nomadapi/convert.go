@@ -13,8 +13,9 @@ import (
 )
 
 // The converters from berth's API types to Nomad's. berth has no
-// evaluations, deployments nor job versions of its own: every job is at
-// version 0 and its indexes are the Unix milliseconds of its changes.
+// evaluations nor deployments of its own; a job's Version and
+// JobModifyIndex are berth's, its other indexes the Unix milliseconds of
+// its changes.
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
@@ -26,39 +27,6 @@ func nomadStatus(s string) string {
 		return "running"
 	}
 	return "dead"
-}
-
-// allocStub is an allocation as Nomad's lists show it
-// (AllocationListStub): node is this node's ID and name.
-func allocStub(a *api.Allocation, jobType string, node NodeInfo) *napi.AllocationListStub {
-	return allocStubServices(a, jobType, node, 0)
-}
-
-// allocStubServices is allocStub of an allocation whose group has that
-// many services: it is healthy once they pass.
-func allocStubServices(a *api.Allocation, jobType string, node NodeInfo, services int) *napi.AllocationListStub {
-	s := &napi.AllocationListStub{
-		ID: a.ID, Name: fmt.Sprintf("%s.%s[%d]", a.JobID, a.Group, a.Index), Namespace: nsOr(a.Namespace),
-		NodeID: node.ID, NodeName: node.Name, JobID: a.JobID, JobType: jobType, TaskGroup: a.Group,
-		DesiredStatus: "run", ClientStatus: a.Status, ClientDescription: a.StatusDesc,
-		TaskStates: taskStates(a), NextAllocation: a.NextAllocation,
-		CreateIndex: index(a.CreatedAt), ModifyIndex: index(a.ModifiedAt),
-		CreateTime: a.CreatedAt.UnixNano(), ModifyTime: a.ModifiedAt.UnixNano(),
-	}
-	if terminal(a.Status) {
-		s.DesiredStatus = "stop"
-		if a.Status == api.AllocComplete && jobType != "service" {
-			s.DesiredStatus = "run"
-		}
-	}
-	if a.Status == allocUnreadable {
-		s.ClientStatus = "unknown"
-	}
-	if jobType == "service" && a.Status != api.AllocPending {
-		h := allocHealthy(a, services)
-		s.DeploymentStatus = &napi.AllocDeploymentStatus{Healthy: &h, Timestamp: a.ModifiedAt}
-	}
-	return s
 }
 
 const allocUnreadable = "unreadable"
@@ -74,19 +42,24 @@ func nsOr(ns string) string {
 	return ns
 }
 
-// nomadJob is berth's job as Nomad's Job. versions: Version 0, its
-// indexes the submit time, until berth keeps job versions.
+// nomadJob is berth's job as Nomad's Job: its Version and
+// JobModifyIndex are berth's (a version counter, +1 per change or stop,
+// as `-check-index` compares); its other indexes are times (index).
 func nomadJob(st *api.JobStatus) *napi.Job {
 	sub := index(st.SubmittedAt)
 	mod := sub
 	if st.FinishedAt != nil {
 		mod = max(mod, index(*st.FinishedAt))
 	}
+	jmi := st.JobModifyIndex
+	if jmi == 0 {
+		jmi = 1 // a child job (a launch, a dispatch): never changed
+	}
 	j := &napi.Job{
 		ID: ptr(st.ID), Name: ptr(st.ID), Type: ptr(st.Type), Namespace: ptr(nsOr(st.Namespace)),
 		Status: ptr(nomadStatus(st.Status)), StatusDescription: ptr(st.Error),
-		Stop: ptr(st.Status == api.JobStopping), Version: ptr(uint64(0)), Stable: ptr(true),
-		SubmitTime: ptr(st.SubmittedAt.UnixNano()), CreateIndex: ptr(sub), ModifyIndex: ptr(mod), JobModifyIndex: ptr(sub),
+		Stop: ptr(st.Status == api.JobStopping || st.Stopped), Version: ptr(st.Version), Stable: ptr(true),
+		SubmitTime: ptr(st.SubmittedAt.UnixNano()), CreateIndex: ptr(sub), ModifyIndex: ptr(mod), JobModifyIndex: ptr(jmi),
 		Priority: ptr(50), Region: ptr("global"), NodePool: ptr("default"), AllAtOnce: ptr(false),
 	}
 	if st.ParentID != "" {

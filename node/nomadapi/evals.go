@@ -2,7 +2,6 @@ package nomadapi
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net/http"
 	"sort"
@@ -49,29 +48,28 @@ type jobsState struct {
 	mu      sync.Mutex
 	evals   []*evalRec
 	deploys []*deployRec
-	// jobs are the jobs as Nomad's CLI last registered them, for plan's
-	// diff (versions: replaced by berth's job versions).
-	jobs map[string]*napi.Job
+	// jobs are the jobs as Nomad's CLI last registered them, for plan:
+	// the CLI sends plan only the JSON job, not its source.
+	jobs map[string]registered
 }
 
-func newJobsState() *jobsState { return &jobsState{jobs: map[string]*napi.Job{}} }
-
-func uuid() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+// registered is a job as the CLI last registered it: the JSON it parsed
+// and the source berth parsed.
+type registered struct {
+	job *napi.Job
+	src JobSource
 }
+
+func newJobsState() *jobsState { return &jobsState{jobs: map[string]registered{}} }
 
 // newEval records an evaluation of jobID made at t (before the request
 // that made it ran: its allocations are newer).
 func (js *jobsState) newEval(t time.Time, jobID, jobType, trigger string, expect int, deploy bool) *evalRec {
-	e := &evalRec{id: uuid(), jobID: jobID, jobType: jobType, trigger: trigger, created: t, expect: expect}
+	e := &evalRec{id: newUUID(), jobID: jobID, jobType: jobType, trigger: trigger, created: t, expect: expect}
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if deploy {
-		d := &deployRec{id: uuid(), jobID: jobID, created: e.created}
+		d := &deployRec{id: newUUID(), jobID: jobID, created: e.created}
 		e.deployment = d.id
 		js.deploys = append(js.deploys, d)
 		if len(js.deploys) > maxEvals {
@@ -85,16 +83,18 @@ func (js *jobsState) newEval(t time.Time, jobID, jobType, trigger string, expect
 	return e
 }
 
-func (js *jobsState) rememberJob(id string, j *napi.Job) {
+func (js *jobsState) rememberJob(id string, j *napi.Job, src JobSource) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	js.jobs[id] = j
+	js.jobs[id] = registered{job: j, src: src}
 }
 
-func (js *jobsState) registered(id string) *napi.Job {
+// registered is the job id as last registered (ok false: none kept).
+func (js *jobsState) registered(id string) (registered, bool) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	return js.jobs[id]
+	r, ok := js.jobs[id]
+	return r, ok
 }
 
 // stopped forgets what was kept of a stopped job but its evaluations.
@@ -359,8 +359,9 @@ func (s *Server) handleEvalAllocs(w http.ResponseWriter, r *http.Request) {
 		idx := index(e.created)
 		node := s.nodeOf(ctx)
 		svcs, _ := s.b.JobServices(ctx, e.jobID)
+		job := s.jobSpec(ctx, e.jobID)
 		for _, a := range since(allocs, e.created) {
-			st := allocStubServices(a, e.jobType, node, svcs[a.Group])
+			st := s.stubOf(a, job, e.jobType, node, svcs[a.Group])
 			st.EvalID = e.id
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
@@ -416,11 +417,20 @@ func (s *Server) handleDeploymentAllocs(w http.ResponseWriter, r *http.Request) 
 		idx := index(d.created)
 		node := s.nodeOf(ctx)
 		svcs, _ := s.b.JobServices(ctx, d.jobID)
+		job := s.jobSpec(ctx, d.jobID)
 		for _, a := range since(allocs, d.created) {
-			st := allocStubServices(a, "service", node, svcs[a.Group])
+			st := s.stubOf(a, job, "service", node, svcs[a.Group])
 			idx = max(idx, st.ModifyIndex)
 			out = append(out, st)
 		}
 		return idx, out, nil
 	})
+}
+
+// jobSpec is the job's spec as berth has it (nil when unknown).
+func (s *Server) jobSpec(ctx context.Context, id string) *api.Job {
+	if st, err := s.b.JobStatus(ctx, id); err == nil {
+		return st.Job
+	}
+	return nil
 }

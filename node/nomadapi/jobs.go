@@ -32,8 +32,17 @@ type JobsBackend interface {
 	// tasks' included): an allocation is healthy once that many are
 	// registered and passing.
 	JobServices(ctx context.Context, id string) (map[string]int, error)
-	// StopJob stops the job; purge also forgets it.
+	// StopJob stops the job: it stays listed as dead until a purge
+	// forgets it.
 	StopJob(ctx context.Context, id string, purge bool) (*api.JobStopResponse, error)
+	// JobVersions are the versions the agent keeps of the job, newest
+	// first.
+	JobVersions(ctx context.Context, id string) (*api.JobVersions, error)
+	// PlanJob is what registering src would do: berth's own diff against
+	// the current version.
+	PlanJob(ctx context.Context, src JobSource) (*api.JobPlanResponse, error)
+	// ForcePeriodic launches a running periodic job now.
+	ForcePeriodic(ctx context.Context, id string) error
 	// DispatchJob runs one dispatch of a parameterized job.
 	DispatchJob(ctx context.Context, id string, req api.JobDispatchRequest) (*api.JobDispatchResponse, error)
 	// NodeInfo describes this node.
@@ -52,6 +61,11 @@ type JobSource struct {
 	// VarFiles the -var-file contents (the CLI sends them joined).
 	Vars     []string
 	VarFiles []api.VarFile
+	// EnforceIndex (`job run -check-index`): the register fails with
+	// ErrConflict unless the job's modify index is JobModifyIndex (0:
+	// the job must not exist), checked by the agent as it submits.
+	EnforceIndex   bool
+	JobModifyIndex uint64
 }
 
 // jobRoutes are Nomad's job, evaluation, deployment, node and search
@@ -59,13 +73,13 @@ type JobSource struct {
 //
 //	GET    /v1/jobs[?prefix=]                 []JobListStub (a periodic job's launches too)
 //	PUT    /v1/jobs, /v1/job/:id              register (needs the Submission: berth parses the source)
-//	GET    /v1/job/:id                        Job (version 0 until berth keeps versions)
-//	DELETE /v1/job/:id[?purge=]               stop (today always a purge); an evaluation
+//	GET    /v1/job/:id                        Job (its version and modify index berth's)
+//	DELETE /v1/job/:id[?purge=]               stop (dead until purged); an evaluation
 //	GET    /v1/job/:id/summary|allocations|evaluations|deployment|deployments|versions
-//	PUT    /v1/job/:id/plan                   a diff against the job last registered here
+//	PUT    /v1/job/:id/plan                   berth's plan, or a JSON diff (handlePlan)
 //	PUT    /v1/job/:id/dispatch               a dispatched child; an evaluation
 //	PUT    /v1/job/:id/evaluate               a complete evaluation (berth schedules at once)
-//	PUT    /v1/job/:id/periodic/force         501: not yet
+//	PUT    /v1/job/:id/periodic/force         a launch now; an evaluation
 //	GET    /v1/evaluations, /v1/evaluation/:id[/allocations]
 //	GET    /v1/deployments, /v1/deployment/:id, /v1/deployment/allocations/:id
 //	GET    /v1/nodes, /v1/node/:id[/allocations], /v1/client/stats
@@ -138,14 +152,13 @@ func (s *Server) handleJobGet(w http.ResponseWriter, r *http.Request) {
 			}
 			all := r.URL.Query().Get("all") == "true"
 			svcs, _ := s.b.JobServices(ctx, id)
+			node := s.nodeOf(ctx)
 			out := []*napi.AllocationListStub{}
 			for _, a := range allocs {
 				if !all && a.JobID != id && a.ParentJobID != id {
 					continue
 				}
-				as := allocStubServices(a, st.Type, s.nodeOf(ctx), svcs[a.Group])
-				as.EvalID = s.state.evalFor(a.JobID, a.CreatedAt)
-				out = append(out, as)
+				out = append(out, s.stubOf(a, st.Job, st.Type, node, svcs[a.Group]))
 			}
 			return maxIndex(st, allocs), out, nil
 		})
@@ -191,15 +204,7 @@ func (s *Server) handleJobGet(w http.ResponseWriter, r *http.Request) {
 			return idx, out, nil
 		})
 	case "versions":
-		// versions: berth keeps one version of a job until job versions
-		// exist; it is version 0.
-		st, err := s.b.JobStatus(r.Context(), id)
-		if err != nil {
-			writeErr(w, err)
-			return
-		}
-		j := nomadJob(st)
-		writeJSON(w, *j.ModifyIndex, napi.JobVersionsResponse{Versions: []*napi.Job{j}})
+		s.handleVersions(w, r, id)
 	case "submission":
 		writeError(w, http.StatusNotFound, fmt.Errorf("job %s: berth does not serve job submissions through Nomad's API (berth job status shows the job)", id))
 	default:
@@ -217,7 +222,7 @@ func (s *Server) handleJobPut(w http.ResponseWriter, r *http.Request) {
 	case "dispatch":
 		s.handleDispatch(w, r, id)
 	case "periodic/force":
-		writeError(w, http.StatusNotImplemented, fmt.Errorf("job %s: berth does not force periodic launches yet; the schedule runs it at its next launch", id))
+		s.handleForce(w, r, id)
 	case "evaluate":
 		s.handleEvaluate(w, r, id)
 	default:
@@ -308,33 +313,15 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	src.EnforceIndex, src.JobModifyIndex = req.EnforceIndex, req.JobModifyIndex
 	ctx := r.Context()
-	if req.EnforceIndex {
-		// versions: the job modify index is the submit time until berth
-		// keeps job versions.
-		cur := uint64(0)
-		if st, err := s.b.JobStatus(ctx, id); err == nil {
-			cur = *nomadJob(st).JobModifyIndex
-		} else if !errors.Is(err, ErrNotFound) {
-			writeErr(w, err)
-			return
-		}
-		if cur != req.JobModifyIndex {
-			if req.JobModifyIndex == 0 {
-				writeErr(w, fmt.Errorf("%w: Enforcing job modify index 0: job %q already exists", ErrConflict, id))
-			} else {
-				writeErr(w, fmt.Errorf("%w: Enforcing job modify index %d: job %q exists with conflicting job modify index: %d", ErrConflict, req.JobModifyIndex, id, cur))
-			}
-			return
-		}
-	}
 	t0 := time.Now()
 	resp, err := s.b.RegisterJob(ctx, src)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	s.state.rememberJob(resp.JobID, req.Job)
+	s.state.rememberJob(resp.JobID, req.Job, src)
 	st, err := s.b.JobStatus(ctx, resp.JobID)
 	if err != nil {
 		writeErr(w, err)
@@ -344,8 +331,15 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	out := napi.JobRegisterResponse{JobModifyIndex: *nj.JobModifyIndex, Warnings: strings.Join(resp.Warnings, "\n")}
 	// Nomad makes no evaluation for a periodic or parameterized job: the
 	// CLI then prints the next launch instead of monitoring.
+	// An unchanged job (berth did nothing) or one updated in place (its
+	// allocations keep running) gets an evaluation that places nothing,
+	// as Nomad's: the CLI's monitor ends at once, with no deployment.
 	if !resp.Parameterized && len(st.Periodic) == 0 {
-		e := s.state.newEval(t0, id, st.Type, "job-register", s.expected(st), st.Type == "service")
+		expect, deploy := s.expected(st), st.Type == "service"
+		if resp.Unchanged || resp.Update == api.UpdateInPlace {
+			expect, deploy = 0, false
+		}
+		e := s.state.newEval(t0, id, st.Type, "job-register", expect, deploy)
 		out.EvalID, out.EvalCreateIndex = e.id, index(e.created)
 	}
 	writeJSON(w, out.JobModifyIndex, out)
@@ -397,8 +391,7 @@ func (s *Server) handleJobStop(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	// versions: today a stop also forgets the job (a purge); a plain stop
-	// that keeps the job listed as dead comes with job versions.
+	// Without purge the job stays listed as dead (Stop true), as Nomad's.
 	e := s.state.newEval(time.Now(), id, st.Type, "job-deregister", 0, false)
 	if _, err := s.b.StopJob(ctx, id, purge); err != nil {
 		writeErr(w, err)
@@ -408,9 +401,13 @@ func (s *Server) handleJobStop(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, index(e.created), napi.JobDeregisterResponse{EvalID: e.id, EvalCreateIndex: index(e.created), JobModifyIndex: index(time.Now())})
 }
 
-// handlePlan is `nomad job plan`: Nomad's CLI sends the job it parsed but
-// not its source, so berth cannot run its own parser here; the diff
-// compares that job with the one last registered through this API.
+// handlePlan is `nomad job plan`. Nomad's CLI sends the job it parsed,
+// not its source, so berth's parser has nothing to parse: when the plan's
+// job is the one last registered here, berth plans that registration's
+// source (its own diff against the current version, which may be newer
+// through berth's own API); otherwise the diff compares the plan's job
+// with the last registered one as JSON, and counts any change as a
+// destructive update.
 func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request, id string) {
 	var req napi.JobPlanRequest
 	if !decodeBody(w, r, &req) {
@@ -427,14 +424,22 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request, id string) {
 		writeErr(w, err)
 		return
 	}
+	reg, known := s.state.registered(id)
+	if exists && known && sameJob(reg.job, req.Job) {
+		if bp, err := s.b.PlanJob(ctx, reg.src); err == nil && bp.Job != nil && bp.Job.ID == id {
+			resp := napi.JobPlanResponse{JobModifyIndex: bp.JobModifyIndex, Diff: nomadDiff(bp.Diff), Annotations: nomadAnnotations(bp.Annotations)}
+			if len(bp.NextLaunches) > 0 {
+				resp.NextPeriodicLaunch = bp.NextLaunches[0]
+			}
+			writeJSON(w, index(time.Now()), resp)
+			return
+		}
+	}
 	resp := napi.JobPlanResponse{Annotations: &napi.PlanAnnotations{DesiredTGUpdates: map[string]*napi.DesiredUpdates{}}}
-	// versions: the diff is the job as registered through this API against
-	// the plan's; the semantics of an update (in place or not) come with
-	// job versions and berth's own plan diff.
 	var prev *napi.Job
 	if exists {
 		resp.JobModifyIndex = *nomadJob(st).JobModifyIndex
-		prev = s.state.registered(id)
+		prev = reg.job
 		if st.NextLaunch != nil && req.Job.Periodic != nil {
 			// The registered job's schedule: berth has not parsed this one.
 			resp.NextPeriodicLaunch = *st.NextLaunch
@@ -463,12 +468,119 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request, id string) {
 		case resp.Diff.Type == "None":
 			du.Ignore = uint64(count)
 		default:
-			// versions: berth replaces every allocation of a changed job.
+			// Without the source berth cannot tell an in-place change.
 			du.DestructiveUpdate = uint64(count)
 		}
 		resp.Annotations.DesiredTGUpdates[name] = du
 	}
 	writeJSON(w, index(time.Now()), resp)
+}
+
+// nomadDiff is berth's plan diff with Nomad's types.
+func nomadDiff(d *api.JobDiff) *napi.JobDiff {
+	if d == nil {
+		return nil
+	}
+	fields := func(l []api.FieldDiff) []*napi.FieldDiff {
+		var out []*napi.FieldDiff
+		for _, f := range l {
+			out = append(out, &napi.FieldDiff{Type: f.Type, Name: f.Name, Old: f.Old, New: f.New, Annotations: f.Annotations})
+		}
+		return out
+	}
+	out := &napi.JobDiff{Type: d.Type, ID: d.ID, Fields: fields(d.Fields)}
+	for _, g := range d.TaskGroups {
+		ng := &napi.TaskGroupDiff{Type: g.Type, Name: g.Name, Fields: fields(g.Fields), Updates: g.Updates}
+		for _, t := range g.Tasks {
+			ng.Tasks = append(ng.Tasks, &napi.TaskDiff{Type: t.Type, Name: t.Name, Fields: fields(t.Fields), Annotations: t.Annotations})
+		}
+		out.TaskGroups = append(out.TaskGroups, ng)
+	}
+	return out
+}
+
+func nomadAnnotations(a *api.PlanAnnotations) *napi.PlanAnnotations {
+	out := &napi.PlanAnnotations{DesiredTGUpdates: map[string]*napi.DesiredUpdates{}}
+	if a == nil {
+		return out
+	}
+	for g, u := range a.DesiredTGUpdates {
+		out.DesiredTGUpdates[g] = &napi.DesiredUpdates{Ignore: u.Ignore, Place: u.Place, Stop: u.Stop, InPlaceUpdate: u.InPlaceUpdate, DestructiveUpdate: u.DestructiveUpdate}
+	}
+	return out
+}
+
+// handleVersions is `job history` and `job inspect -version`: the
+// versions berth keeps, newest first, each as Nomad's job, with the diff
+// of each against the one before it (Nomad's Diffs).
+func (s *Server) handleVersions(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	st, err := s.b.JobStatus(ctx, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	// A child job (a launch, a dispatch) has no versions of its own: the
+	// agent knows none (or refuses its ID); it is its only version.
+	vs, err := s.b.JobVersions(ctx, id)
+	out := napi.JobVersionsResponse{Versions: []*napi.Job{}}
+	if err != nil || vs == nil || len(vs.Versions) == 0 {
+		out.Versions = append(out.Versions, nomadJob(st))
+		writeJSON(w, *out.Versions[0].ModifyIndex, out)
+		return
+	}
+	for _, v := range vs.Versions {
+		vst := *st
+		vst.Job, vst.Version, vst.SubmittedAt = v.Job, v.Version, v.SubmittedAt
+		if !v.Current {
+			// An earlier version: replaced, not the job's state now.
+			vst.Status, vst.Error, vst.Stopped, vst.FinishedAt = api.JobDead, v.ParseError, false, nil
+		}
+		j := nomadJob(&vst)
+		j.Stable = ptr(v.Stable || v.Current)
+		out.Versions = append(out.Versions, j)
+	}
+	if r.URL.Query().Get("diffs") == "true" {
+		for i := 0; i+1 < len(out.Versions); i++ {
+			typ := "Edited"
+			if sameJob(topVersionless(out.Versions[i+1]), topVersionless(out.Versions[i])) {
+				typ = "None"
+			}
+			out.Diffs = append(out.Diffs, jobDiff(typ, topVersionless(out.Versions[i]), topVersionless(out.Versions[i+1])))
+		}
+	}
+	writeJSON(w, *out.Versions[0].ModifyIndex, out)
+}
+
+// topVersionless is a version's job without what differs between any
+// two versions (version, times, status), for their diff.
+func topVersionless(j *napi.Job) *napi.Job {
+	c := *j
+	c.Version, c.SubmitTime, c.CreateIndex, c.ModifyIndex, c.JobModifyIndex = nil, nil, nil, nil, nil
+	c.Status, c.StatusDescription, c.Stable, c.Stop = nil, nil, nil, nil
+	return &c
+}
+
+// handleForce is `nomad job periodic force`: the launch happens at once
+// in berth's runner; its evaluation places nothing the monitor waits for.
+func (s *Server) handleForce(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	st, err := s.b.JobStatus(ctx, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	t0 := time.Now()
+	if err := s.b.ForcePeriodic(ctx, id); err != nil {
+		writeErr(w, err)
+		return
+	}
+	e := s.state.newEval(t0, id, st.Type, "periodic-job", 0, false)
+	// Nomad's api package keeps its periodic force response unexported.
+	writeJSON(w, index(e.created), struct {
+		EvalID          string
+		EvalCreateIndex uint64
+	}{e.id, index(e.created)})
 }
 
 func (s *Server) handleDispatch(w http.ResponseWriter, r *http.Request, id string) {

@@ -188,7 +188,7 @@ func TestNomadCLIJobService(t *testing.T) {
 	wantExit(t, "job plan of a changed job", code, 1)
 	want(t, "job plan changed", out, `\+/- Job: "nweb"`, `\+/- Task Group: "web"`, `echo hello`)
 
-	out, code = e.nomad(t, "job", "run", "-check-index", "1", changed)
+	out, code = e.nomad(t, "job", "run", "-check-index", "99", changed)
 	if code == 0 || !strings.Contains(out, "conflicting job modify index") {
 		t.Fatalf("job run with a stale check index: exit %d, want non-zero naming the conflict:\n%s", code, out)
 	}
@@ -220,9 +220,51 @@ func TestNomadCLIJobService(t *testing.T) {
 	wantExit(t, "deployment status", code, 0)
 	want(t, "deployment status", out, `Status\s+= successful`, `web\s+1\s+1\s+1\s+0`)
 
+	// berth's versions: the change made version 1, the first is kept.
+	out, code = e.nomad(t, "job", "history", "nweb")
+	wantExit(t, "job history", code, 0)
+	want(t, "job history", out, `(?s)Version\s+= 1.*Version\s+= 0`)
+	out, code = e.nomad(t, "job", "history", "-p", "nweb")
+	wantExit(t, "job history -p", code, 0)
+	want(t, "job history -p", out, `echo hello`)
+	out, code = e.nomad(t, "job", "inspect", "-version", "0", "nweb")
+	wantExit(t, "job inspect -version 0", code, 0)
+	want(t, "job inspect -version 0", out, `"Version": 0`, `echo hi >`)
+	out, code = e.nomad(t, "job", "inspect", "nweb")
+	wantExit(t, "job inspect", code, 0)
+	want(t, "job inspect", out, `"Version": 1`, `echo hello`)
+
+	// Running the unchanged file again changes nothing: the evaluation
+	// places nothing, the monitor ends with exit 0, the allocation stays.
+	out, _ = e.nomad(t, "job", "status", "nweb")
+	// (An allocation's Version column is 0: berth does not record which
+	// version placed it.)
+	alloc := regexp.MustCompile(`(?m)^([0-9a-f]{8})\s+[0-9a-f]{8}\s+web\s+[0-9]+\s+run\s+running`).FindStringSubmatch(out)
+	if alloc == nil {
+		t.Fatalf("job status: no running allocation:\n%s", out)
+	}
+	out, code = e.nomad(t, "job", "run", changed)
+	wantExit(t, "job run of the unchanged job", code, 0)
+	want(t, "job run unchanged", out, `finished with status "complete"`)
+	if strings.Contains(out, "created") {
+		t.Fatalf("job run of the unchanged job placed an allocation:\n%s", out)
+	}
+	out, _ = e.nomad(t, "job", "status", "nweb")
+	want(t, "job status after the unchanged run", out, alloc[1]+`\s+[0-9a-f]{8}\s+web\s+[0-9]+\s+run\s+running`)
+
+	// A stop keeps the job listed as dead; -purge forgets it.
 	out, code = e.nomad(t, "job", "stop", "-yes", "nweb")
 	wantExit(t, "job stop", code, 0)
 	want(t, "job stop", out, `finished with status "complete"`)
+	out, code = e.nomad(t, "job", "status", "nweb")
+	wantExit(t, "job status of a stopped job", code, 0)
+	want(t, "job status stopped", out, `Status\s+= dead \(stopped\)`)
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nweb")
+	wantExit(t, "job stop -purge", code, 0)
+	out, code = e.nomad(t, "job", "status", "nweb")
+	if code == 0 {
+		t.Fatalf("job status of a purged job: exit 0, want non-zero:\n%s", out)
+	}
 }
 
 // TestNomadCLIJobPeriodic: the seed job (a periodic job launching every
@@ -262,6 +304,23 @@ func TestNomadCLIJobPeriodic(t *testing.T) {
 
 	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "cni-debug")
 	wantExit(t, "job stop", code, 0)
+
+	// `job periodic force` launches a job whose schedule is far away.
+	yearly := e.jobFile(t, "yearly.nomad.hcl", strings.NewReplacer(`job "nbatch"`, `job "nyearly"`,
+		`type = "batch"`, "type = \"batch\"\n  periodic {\n    crons = [\"0 0 1 1 *\"]\n  }", "sleep 2", "sleep 0").Replace(batchJob))
+	_, code = e.nomad(t, "job", "run", yearly)
+	wantExit(t, "job run yearly", code, 0)
+	out, code = e.nomad(t, "job", "periodic", "force", "nyearly")
+	wantExit(t, "job periodic force", code, 0)
+	want(t, "job periodic force", out, `finished with status "complete"`)
+	deadline = time.Now().Add(20 * time.Second)
+	for !regexp.MustCompile(`nyearly/periodic-[0-9]+`).MatchString(out) && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		out, _ = e.nomad(t, "job", "status", "nyearly")
+	}
+	want(t, "job status after a force", out, `nyearly/periodic-[0-9]+`)
+	_, code = e.nomad(t, "job", "stop", "-purge", "-yes", "nyearly")
+	wantExit(t, "job stop yearly", code, 0)
 }
 
 const paramJob = `job "nparam" {

@@ -165,7 +165,7 @@ func (s *Server) handleNodeAllocs(w http.ResponseWriter, r *http.Request) {
 	out := []*napi.Allocation{}
 	var idx uint64
 	for _, a := range allocs {
-		out = append(out, nodeAlloc(a, n))
+		out = append(out, s.nodeAlloc(a, n))
 		idx = max(idx, index(a.ModifiedAt))
 	}
 	writeJSON(w, idx, out)
@@ -173,8 +173,8 @@ func (s *Server) handleNodeAllocs(w http.ResponseWriter, r *http.Request) {
 
 // nodeAlloc is an allocation as the node's list of them shows it (full
 // allocations in Nomad's API; the fields `node status` prints).
-func nodeAlloc(a *api.Allocation, n NodeInfo) *napi.Allocation {
-	st := allocStub(a, "", n)
+func (s *Server) nodeAlloc(a *api.Allocation, n NodeInfo) *napi.Allocation {
+	st := s.stubOf(a, nil, "", n, 0)
 	return &napi.Allocation{
 		ID: st.ID, Namespace: st.Namespace, EvalID: st.EvalID, Name: st.Name, NodeID: st.NodeID, NodeName: st.NodeName,
 		JobID: st.JobID, TaskGroup: st.TaskGroup, DesiredStatus: st.DesiredStatus, ClientStatus: st.ClientStatus,
