@@ -82,11 +82,20 @@ if ! answers; then
 		# does not take it down. --config-file: an operator's
 		# /etc/docker/daemon.json is not read (it may set what berth's
 		# settings must not).
-		setsid dockerd \
-			--config-file "$DOCKERD_CONF" \
-			--host "unix://$DOCKER_SOCK" \
-			--pidfile "$DOCKERD_PID" \
-			</dev/null >>"$DOCKERD_LOG" 2>&1 &
+		# Only stdin, stdout and stderr (redirected) go to dockerd: a
+		# descriptor the caller holds (the test suite's host lock, a CI
+		# runner's pipe) would otherwise stay open as long as dockerd runs.
+		(
+			for fd in /proc/self/fd/*; do
+				fd=${fd##*/}
+				if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+			done
+			exec setsid dockerd \
+				--config-file "$DOCKERD_CONF" \
+				--host "unix://$DOCKER_SOCK" \
+				--pidfile "$DOCKERD_PID" \
+				</dev/null >>"$DOCKERD_LOG" 2>&1
+		) &
 	fi
 	for _ in $(seq 1 120); do
 		answers && break
