@@ -12,7 +12,7 @@
 # BERTH_EXAMPLE_JOBS overrides the job files' dir (the tests point it at
 # copies on their own network).
 set -euo pipefail
-: "${NOMAD_ADDR:?set NOMAD_ADDR to the berth agent's Nomad API (berth agent --nomad-api)}"
+: "${NOMAD_ADDR:?set NOMAD_ADDR to the Nomad API of a berth agent (berth agent --nomad-api)}"
 jobs=${BERTH_EXAMPLE_JOBS:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/jobs}
 nomad=${NOMAD:-nomad}
 
@@ -35,11 +35,15 @@ step "$nomad" job status web
 sleep 3
 step "$nomad" job status cni-debug
 
-alloc() { "$nomad" job allocs -t '{{range .}}{{if eq .ClientStatus "'"$2"'"}}{{.ID}}{{"\n"}}{{end}}{{end}}' "$1" | head -n1; }
+# The first allocation of job $1 whose client status is $2 (any with "").
+alloc() {
+	local tmpl='{{range .}}{{.ID}} {{.ClientStatus}}{{"\n"}}{{end}}'
+	"$nomad" job allocs -t "$tmpl" "$1" | awk -v s="$2" 's == "" || $2 == s { print $1; exit }'
+}
 
 count=$(alloc countdown complete)
-[ -n "$count" ] || count=$("$nomad" job allocs -t '{{range .}}{{.ID}}{{"\n"}}{{end}}' countdown | head -n1)
-step "$nomad" alloc logs -f "$count" count
+[ -n "$count" ] || count=$(alloc countdown "")
+step "$nomad" alloc logs -stdout -f "$count" count
 
 web=$(alloc web running)
 step "$nomad" alloc status "$web"

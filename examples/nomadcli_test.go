@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,8 @@ func TestNomadCLIScript(t *testing.T) {
 	a := startAgent(t, cfg, filepath.Join(dir, "agent.log"))
 
 	cmd := exec.Command("bash", "nomad-cli.sh")
+	// Its own process group: a timeout kills the nomad commands too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "NOMAD_ADDR=http://"+a.NomadAddr(), "NOMAD_TOKEN="+token, "BERTH_EXAMPLE_JOBS="+jobs)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -64,7 +67,7 @@ func TestNomadCLIScript(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(5 * time.Minute):
-		_ = cmd.Process.Kill()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err = <-done
 	}
 	t.Logf("nomad-cli.sh:\n%s", out.String())
