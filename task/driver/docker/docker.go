@@ -308,7 +308,7 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	// Between the container's creation and the record of its handle: what
 	// a crash here leaves is found by its labels (gc's task sweep, Find).
 	fault.Point(fault.AfterContainerCreate)
-	if err := removeFiles(d.copyStatePath(name)); err != nil {
+	if err := driver.RemoveFiles(d.copyStatePath(name)); err != nil {
 		d.abandon(&handle{d: d, id: id, name: name, allocID: t.AllocID})
 		return nil, fmt.Errorf("docker: container %s: removing an earlier run's files: %w", name, err)
 	}
@@ -414,7 +414,7 @@ func (d *Driver) replaceStale(ctx context.Context, name, allocID string) error {
 				if err := d.removeContainer(ctx, e.ID); err != nil {
 					return err
 				}
-				return removeFiles(d.copyStatePath(name))
+				return driver.RemoveFiles(d.copyStatePath(name))
 			}
 		}
 	}
@@ -430,7 +430,7 @@ func (d *Driver) removeContainer(ctx context.Context, ref string) error {
 		}
 		// "removal of container ... is already in progress": another
 		// remover (gc, a concurrent Destroy) is at it; wait for it.
-		if !strings.Contains(err.Error(), "already in progress") || attempt == 50 || !sleepCtx(ctx, 100*time.Millisecond) {
+		if !strings.Contains(err.Error(), "already in progress") || attempt == 50 || !driver.SleepCtx(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("removing container %s: %w", ref, err)
 		}
 	}
@@ -452,7 +452,7 @@ func (d *Driver) Cleanup(ctx context.Context, th store.TaskHandle) error {
 		return fmt.Errorf("docker: cleanup: %w", err)
 	}
 	if th.ContainerName != "" {
-		if err := removeFiles(d.copyStatePath(th.ContainerName)); err != nil {
+		if err := driver.RemoveFiles(d.copyStatePath(th.ContainerName)); err != nil {
 			return fmt.Errorf("docker: cleanup of container %s: %w", th.ContainerName, err)
 		}
 	}
@@ -478,33 +478,4 @@ func signalName(sig int) string {
 		return ""
 	}
 	return strconv.Itoa(sig)
-}
-
-func removeFiles(paths ...string) error {
-	var errs []error
-	for _, p := range paths {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

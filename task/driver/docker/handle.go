@@ -128,7 +128,7 @@ func (h *handle) destroy(ctx context.Context, drain, locked bool) error {
 	if err := h.d.removeContainer(ctx, h.id); err != nil {
 		return fmt.Errorf("docker: destroy: %w", err)
 	}
-	if err := removeFiles(h.d.copyStatePath(h.name)); err != nil {
+	if err := driver.RemoveFiles(h.d.copyStatePath(h.name)); err != nil {
 		return fmt.Errorf("docker: destroy: container %s: %w", h.name, err)
 	}
 	if h.allocID != "" {

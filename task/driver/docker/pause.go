@@ -92,7 +92,7 @@ func (d *Driver) ensurePause(ctx context.Context, t *driver.Task) (string, error
 			_ = d.removeContainer(cctx, id)
 			return "", fmt.Errorf("pause container %s exited (%d) before entering namespace %s", name, st.State.ExitCode, t.NetnsPath)
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+		if time.Now().After(deadline) || !driver.SleepCtx(ctx, 10*time.Millisecond) {
 			_ = d.removeContainer(cctx, id)
 			return "", fmt.Errorf("pause container %s did not enter namespace %s (%v)", name, t.NetnsPath, err)
 		}

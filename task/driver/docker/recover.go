@@ -94,7 +94,7 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	if err := d.removeContainer(ctx, st.ID); err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
-	return removeFiles(d.copyStatePath(strings.TrimPrefix(st.Name, "/")))
+	return driver.RemoveFiles(d.copyStatePath(strings.TrimPrefix(st.Name, "/")))
 }
 
 // Find implements driver.Finder: the container of the task an earlier
@@ -130,7 +130,7 @@ func (d *Driver) Find(ctx context.Context, req driver.FindRequest) (driver.Handl
 			return h, removed, fmt.Errorf("docker: remove container %s of task %s/%s: %w", name, allocID, task, err)
 		}
 		if name != "" {
-			_ = removeFiles(d.copyStatePath(name))
+			_ = driver.RemoveFiles(d.copyStatePath(name))
 		}
 		removed = append(removed, "container "+shortID(e.ID))
 		if e.State != "created" {

@@ -211,7 +211,7 @@ func (h *handle) Destroy(ctx context.Context) error {
 		}
 	}
 	h.conmon.Close()
-	if err := removeFiles(h.rawLog, h.pidFile, h.d.copyStatePath(h.name)); err != nil {
+	if err := driver.RemoveFiles(h.rawLog, h.pidFile, h.d.copyStatePath(h.name)); err != nil {
 		return fmt.Errorf("podman: destroy: container %s: %w", h.name, err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth/berth/internal/logfile"
+	"github.com/berth/berth/task/driver"
 )
 
 // Task output goes through conmon's k8s-file log: conmon writes it
@@ -175,7 +176,7 @@ func (c *logCopier) save() {
 		return
 	}
 	b, err := json.Marshal(copyState{logTarget: c.target, Offset: committed})
-	if err == nil && writeFileAtomic(c.statePath, b, 0o600) == nil {
+	if err == nil && driver.WriteFileAtomic(c.statePath, b, 0o600) == nil {
 		c.saved = committed
 	}
 }

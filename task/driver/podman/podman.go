@@ -123,7 +123,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	// Written even when an existing service is used: it documents what
 	// this host needs and is what `CONTAINERS_CONF=... podman` should use.
-	if err := writeFileAtomic(d.confPath, []byte(containersConf(d.limits)), 0o644); err != nil {
+	if err := driver.WriteFileAtomic(d.confPath, []byte(containersConf(d.limits)), 0o644); err != nil {
 		return nil, fmt.Errorf("podman: writing %s: %w", d.confPath, err)
 	}
 
@@ -276,7 +276,7 @@ func (d *Driver) Start(ctx context.Context, t *driver.Task) (driver.Handle, erro
 	// a crash here leaves is found by its labels (gc's task sweep).
 	fault.Point(fault.AfterContainerCreate)
 	// Files from a run berth did not clean up would be copied again.
-	if err := removeFiles(rawLog, pidFile, d.copyStatePath(name)); err != nil {
+	if err := driver.RemoveFiles(rawLog, pidFile, d.copyStatePath(name)); err != nil {
 		d.abandon(&handle{d: d, id: id, name: name, rawLog: rawLog, pidFile: pidFile})
 		return nil, fmt.Errorf("podman: container %s: removing an earlier run's files: %w", name, err)
 	}
@@ -412,7 +412,7 @@ func (d *Driver) replaceStale(ctx context.Context, name, allocID string) error {
 				if err := d.removeContainer(ctx, e.ID, name, nil); err != nil {
 					return err
 				}
-				return removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
+				return driver.RemoveFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name))
 			}
 		}
 	}
@@ -436,7 +436,7 @@ func (d *Driver) Cleanup(ctx context.Context, th store.TaskHandle) error {
 		return fmt.Errorf("podman: cleanup: %w", err)
 	}
 	if th.ContainerName != "" {
-		if err := removeFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName), d.copyStatePath(th.ContainerName)); err != nil {
+		if err := driver.RemoveFiles(d.rawLogPath(th.ContainerName), d.conmonPidPath(th.ContainerName), d.copyStatePath(th.ContainerName)); err != nil {
 			return fmt.Errorf("podman: cleanup of container %s: %w", th.ContainerName, err)
 		}
 	}
@@ -472,7 +472,7 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 		// between its process's exit and podman's own cleanup ("could
 		// not be stopped: ... container state improper"): a moment later
 		// it is an ordinary stopped container.
-		if !strings.Contains(err.Error(), "state improper") || attempt == 20 || !sleepCtx(ctx, 100*time.Millisecond) {
+		if !strings.Contains(err.Error(), "state improper") || attempt == 20 || !driver.SleepCtx(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("removing container %s: %w", ref, err)
 		}
 	}
@@ -505,36 +505,4 @@ func (d *Driver) removeContainer(ctx context.Context, ref, name string, conmon *
 	d.log.Debug("removed container", "container", ref,
 		"remove_ms", t1.Sub(t0).Milliseconds(), "conmon_ms", time.Since(t1).Milliseconds())
 	return nil
-}
-
-// removeFiles removes a container's files (raw log, conmon PID file, log
-// copy state); one that is not there is not an error.
-func removeFiles(paths ...string) error {
-	var errs []error
-	for _, p := range paths {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// sleepCtx waits d, or less if ctx ends first (then it returns false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -99,7 +99,7 @@ func (d *Driver) RemoveLeftover(ctx context.Context, l driver.Leftover) error {
 	if err := d.removeContainer(ctx, st.ID, name, nil); err != nil {
 		return fmt.Errorf("podman: %w", err)
 	}
-	if err := removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
+	if err := driver.RemoveFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
 		return fmt.Errorf("podman: container %s: %w", name, err)
 	}
 	return nil
@@ -154,7 +154,7 @@ func (d *Driver) Find(ctx context.Context, req driver.FindRequest) (driver.Handl
 			return h, removed, fmt.Errorf("podman: remove container %s of task %s/%s: %w", name, allocID, task, err)
 		}
 		if name != "" {
-			if err := removeFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
+			if err := driver.RemoveFiles(d.rawLogPath(name), d.conmonPidPath(name), d.copyStatePath(name)); err != nil {
 				return h, removed, fmt.Errorf("podman: container %s of task %s/%s: %w", name, allocID, task, err)
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth/berth/internal/flock"
+	"github.com/berth/berth/task/driver"
 )
 
 // ErrServiceStart is returned when the podman service berth started does
@@ -163,7 +164,7 @@ func startService(ctx context.Context, podmanBin, socket, conf, stateDir string,
 		select {
 		case <-s.exited:
 			return nil, errors.Join(fmt.Errorf("%w: podman system service on %s exited (%s): %s",
-				ErrServiceStart, socket, cmd.ProcessState, tail(logPath)), removeFiles(pidFile))
+				ErrServiceStart, socket, cmd.ProcessState, tail(logPath)), driver.RemoveFiles(pidFile))
 		case <-wctx.Done():
 			return nil, errors.Join(fmt.Errorf("%w: no answer on %s after %s: %v; podman said: %s",
 				ErrServiceStart, socket, serviceStartTimeout, err, tail(logPath)), s.stop())
@@ -191,7 +192,7 @@ func (s *service) stop() error {
 	// since this one died (revive): then the files are that one's.
 	if b, err := os.ReadFile(s.pidFile); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid) {
 		// podman leaves its socket file behind.
-		if err := removeFiles(s.pidFile, s.socket); err != nil {
+		if err := driver.RemoveFiles(s.pidFile, s.socket); err != nil {
 			return fmt.Errorf("podman service on %s stopped: %w", s.socket, err)
 		}
 	}
@@ -328,7 +329,7 @@ func (s *sharedService) release(ctx context.Context) error {
 		return own.stop()
 	}
 	reapStaleService(filepath.Join(s.stateDir, "service.pid"), s.socket, s.log)
-	if err := removeFiles(s.socket); err != nil {
+	if err := driver.RemoveFiles(s.socket); err != nil {
 		return fmt.Errorf("podman service on %s: %w", s.socket, err)
 	}
 	return nil
